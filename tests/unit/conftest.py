@@ -25,5 +25,3 @@ def _link_collection():
 _COLLECTIONS_ROOT = _link_collection()
 if _COLLECTIONS_ROOT not in sys.path:
     sys.path.insert(0, _COLLECTIONS_ROOT)
-
-FIXTURES_DIR = os.path.join(_REPO_ROOT, "tests", "fixtures")

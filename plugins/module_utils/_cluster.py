@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmserve maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Turn what inventory declares and what hosts report into planner nodes, and check replica layouts.
+
+Pure functions. Every message names the variable to change and how, because these are the
+errors an operator sees in preflight before any host is touched.
+"""
+
+from __future__ import annotations
+
+_MIB = 1024 * 1024
+_DECLARED = "vllm_cluster_node_gpus"
+
+
+def _declared_error(name, message):
+    return "node %s: %s (set %s in host_vars/%s or group_vars)" % (name, message, _DECLARED, name)
+
+
+def resolve_node(raw):
+    """Return ``(node, errors)`` for one inventory host.
+
+    ``raw`` holds ``name``, ``declared`` (vllm_cluster_node_gpus), ``facts`` (the
+    gpu_facts result or None) and ``topology`` (the gpu_topology result or None).
+    Facts from the host win over the declaration; a disagreement is an error, since
+    a plan made for the wrong hardware fails only at model load, on the host.
+    """
+    name = raw["name"]
+    declared = raw.get("declared") or {}
+    facts = raw.get("facts") or {}
+    topology = raw.get("topology") or {}
+    errors = []
+    node = {"name": name, "source": "declared", "mig_enabled": False}
+
+    if facts.get("gpu_count"):
+        skus = facts.get("skus") or []
+        if len(skus) > 1:
+            errors.append("node %s mixes GPU models (%s): one replica needs one SKU; pin each replica to one model with "
+                          "CUDA_VISIBLE_DEVICES or split the node" % (name, ", ".join(skus)))
+        memory_mib = min(gpu["memory_total_mib"] for gpu in facts["gpus"])
+        node.update(source="facts", gpu_count=facts["gpu_count"], gpu_name=skus[0] if skus else None,
+                    gpu_memory_bytes=memory_mib * _MIB, mig_enabled=bool(facts.get("mig_enabled")),
+                    driver_version=facts.get("driver_version"))
+        if declared.get("count") not in (None, facts["gpu_count"]):
+            errors.append(_declared_error(name, "%s.count is %s but the host reports %d GPUs" % (
+                _DECLARED, declared["count"], facts["gpu_count"])))
+        if declared.get("sku") not in (None, node["gpu_name"]):
+            errors.append(_declared_error(name, "GPU SKU mismatch: %s.sku is %r but the host reports %r" % (
+                _DECLARED, declared["sku"], node["gpu_name"])))
+    else:
+        missing = [key for key in ("count", "sku", "memory_mib") if not declared.get(key)]
+        if missing:
+            why = facts.get("reason") or "no GPU facts gathered"
+            errors.append(_declared_error(name, "no GPU found (%s) and %s lacks %s" % (why, _DECLARED, ", ".join(missing))))
+            return None, errors
+        node.update(gpu_count=int(declared["count"]), gpu_name=declared["sku"],
+                    gpu_memory_bytes=int(declared["memory_mib"]) * _MIB)
+
+    islands = topology.get("islands") or declared.get("islands")
+    if islands:
+        node["islands"] = [list(island) for island in islands]
+    return node, errors
+
+
+def resolve_nodes(raw_nodes, node_group="vllm_nodes"):
+    """Resolve every host; returns ``(nodes_by_name, errors)``."""
+    if not raw_nodes:
+        return {}, ["inventory group %s is empty or missing: put the GPU hosts in it, or set preflight_node_group" % node_group]
+    nodes, errors = {}, []
+    for raw in raw_nodes:
+        node, node_errors = resolve_node(raw)
+        errors.extend(node_errors)
+        if node is not None:
+            nodes[node["name"]] = node
+    return nodes, errors
+
+
+def replica_gpu_usage(replicas):
+    """GPUs each host gives to the replicas: one PP stage (tp GPUs) per host, or tp*pp when one host holds them all."""
+    usage = {}
+    for replica in replicas:
+        hosts = replica["hosts"]
+        per_host = replica["tensor_parallel_size"] * (replica["pipeline_parallel_size"] if len(hosts) == 1 else 1)
+        for host in hosts:
+            usage.setdefault(host, []).append((replica["name"], per_host))
+    return usage
+
+
+def check_replica_layout(replicas, nodes):
+    """Structural checks over all replicas; returns error strings naming vllm_cluster_replicas."""
+    errors = []
+    seen = set()
+    for index, replica in enumerate(replicas):
+        label = replica.get("name") or "#%d" % index
+        for key in ("name", "hosts", "tensor_parallel_size", "pipeline_parallel_size"):
+            if key not in replica:
+                errors.append("vllm_cluster_replicas[%d] (%s) lacks %s" % (index, label, key))
+        if replica.get("name") in seen:
+            errors.append("vllm_cluster_replicas: name %s is used twice; give every replica its own name" % label)
+        seen.add(replica.get("name"))
+        for host in replica.get("hosts") or []:
+            if host not in nodes:
+                errors.append("vllm_cluster_replicas[%d] (%s): host %s is not a resolved GPU node; add it to the node group "
+                              "or fix the name" % (index, label, host))
+        pp = replica.get("pipeline_parallel_size")
+        hosts = replica.get("hosts") or []
+        if isinstance(pp, int) and hosts and pp != len(hosts) and len(hosts) > 1:
+            errors.append("vllm_cluster_replicas[%d] (%s): pipeline_parallel_size=%d but %d hosts listed; one PP stage per "
+                          "host, so list exactly pipeline_parallel_size hosts (or one host for PP inside a node)" % (
+                              index, label, pp, len(hosts)))
+    if errors:
+        return errors
+    for host, uses in sorted(replica_gpu_usage(replicas).items()):
+        need = sum(gpus for _name, gpus in uses)
+        have = nodes[host]["gpu_count"]
+        if need > have:
+            errors.append("host %s has %d GPUs but replicas %s need %d there; lower tensor_parallel_size or move a replica "
+                          "in vllm_cluster_replicas" % (host, have, ", ".join(name for name, _gpus in uses), need))
+    return errors

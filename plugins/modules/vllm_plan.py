@@ -1,0 +1,250 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmserve maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_plan
+short_description: Plan GPU memory and parallelism for vLLM replicas, or refuse with the numbers
+version_added: 0.1.0
+description:
+  - Resolves each GPU node from what the host reported (M(llmserve.vllm_cluster.gpu_facts),
+    M(llmserve.vllm_cluster.gpu_topology)) or, before hosts are reachable, from the declared
+    C(vllm_cluster_node_gpus); a disagreement between the two is an error.
+  - Budgets memory per GPU in this order, weights, KV cache, runtime overhead, operational margin, and
+    recommends the smallest tensor-parallel size that fits inside one NVLink island, adding pipeline
+    stages across nodes only when no single node holds a replica.
+  - Checks every replica of O(replicas) (TP/PP against GPUs, islands, nodes, heads, memory); with no
+    replicas given, the recommendation becomes the layout.
+  - Read only; intended to run on the controller (C(delegate_to=localhost), C(run_once=true)).
+author:
+  - llmserve maintainers (@llmserve)
+options:
+  model:
+    description:
+      - The model, as in C(vllm_cluster_model).
+      - Needs one of C(config) (the model's C(config.json) as a dict), C(config_path) (path to C(config.json)
+        where the module runs) or C(shape) (a normalised shape); optional C(params) (parameter count) and
+        C(max_model_len) (the model's limit when the config lacks it).
+    type: dict
+    required: true
+  workload:
+    description:
+      - Serving workload, as in C(vllm_cluster_workload). C(max_model_len) and C(concurrency) are required;
+        C(prompt_tokens), C(output_tokens) and C(cache_dtype) are optional.
+    type: dict
+    required: true
+  nodes:
+    description:
+      - One item per GPU host with C(name), C(declared) (C(vllm_cluster_node_gpus)), C(facts)
+        (the C(vllm_cluster_gpus) fact or null) and C(topology) (the gpu_topology result or null).
+    type: list
+    elements: dict
+    required: true
+  replicas:
+    description:
+      - Replica layout, as in C(vllm_cluster_replicas); empty means adopt the recommendation.
+    type: list
+    elements: dict
+    default: []
+  node_group:
+    description: Name of the inventory group the nodes came from, for error messages.
+    type: str
+    default: vllm_nodes
+  planner_options:
+    description:
+      - Planner knobs passed through, e.g. C(gpu_memory_utilization), C(margin_fraction), C(max_pp).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    description: Read only; runs in check mode too.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Plan from declared hardware
+  llmserve.vllm_cluster.vllm_plan:
+    model: "{{ vllm_cluster_model }}"
+    workload: {max_model_len: 8192, concurrency: 32}
+    nodes:
+      - name: gpu-a
+        declared: {count: 4, sku: NVIDIA H100 80GB HBM3, memory_mib: 81559, islands: [[0, 1, 2, 3]]}
+  delegate_to: localhost
+  run_once: true
+  register: plan
+"""
+
+RETURN = r"""
+recommendation:
+  description: The planner's recommendation over all nodes (C(tp), C(pp), C(backend), C(placement), C(budget), ...).
+  returned: when a configuration fits
+  type: dict
+replicas:
+  description:
+    - Every replica with C(name), C(hosts), C(tensor_parallel_size), C(pipeline_parallel_size), C(backend)
+      (V(mp) on one node, V(ray) across nodes), C(budget) and C(max_concurrency).
+  returned: always
+  type: list
+  elements: dict
+nodes:
+  description: Resolved nodes (GPU count, SKU, memory per GPU in bytes, islands, where it came from).
+  returned: always
+  type: list
+  elements: dict
+warnings_found:
+  description: Planner warnings, such as TP over PCIe.
+  returned: always
+  type: list
+  elements: str
+summary:
+  description: One human-readable line per replica.
+  returned: always
+  type: list
+  elements: str
+  sample: ["r0: tp=4 pp=1 backend=mp on gpu-a; per GPU 35.2 GiB weights + 9.8 GiB KV ...; max concurrency 118"]
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._cluster import check_replica_layout, resolve_nodes
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (
+    PlanError,
+    model_shape_from_config,
+    normalize_shape,
+    plan_parallelism,
+    validate_parallelism,
+)
+
+_GIB = 1024.0 ** 3
+
+
+def _load_shape(model):
+    if not isinstance(model, dict) or not model:
+        raise PlanError("vllm_cluster_model is missing or empty: set id, revision and the model's config (or config_path)")
+    if model.get("shape"):
+        return normalize_shape(model["shape"])
+    config = model.get("config")
+    if config is None and model.get("config_path"):
+        try:
+            with open(model["config_path"]) as handle:
+                config = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise PlanError("vllm_cluster_model.config_path %s cannot be read as JSON: %s" % (model["config_path"], exc))
+    if config is None:
+        raise PlanError("vllm_cluster_model needs config (the model's config.json as a dict), config_path or shape")
+    return model_shape_from_config(config, params=model.get("params"))
+
+
+def _check_workload(workload, shape):
+    errors = []
+    for key in ("max_model_len", "concurrency"):
+        value = workload.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append("vllm_cluster_workload.%s must be a positive integer, got %r" % (key, value))
+    limit = shape.get("max_model_len")
+    if not errors and limit and workload["max_model_len"] > limit:
+        errors.append("vllm_cluster_workload.max_model_len=%d is above the model's limit %d (max_position_embeddings); "
+                      "lower it to at most %d" % (workload["max_model_len"], limit, limit))
+    return errors
+
+
+def _gib(value):
+    return "%.1f GiB" % (value / _GIB)
+
+
+def _summary(replica):
+    budget = replica["budget"]
+    return "%s: tp=%d pp=%d backend=%s on %s; per GPU %s weights + %s KV + %s overhead + %s margin of %s usable; " \
+        "max concurrency %d at max_model_len" % (
+            replica["name"], replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["backend"],
+            ",".join(replica["hosts"]), _gib(budget["weights"]), _gib(budget["kv_cache"]),
+            _gib(budget["runtime_overhead"]), _gib(budget["operational_margin"]), _gib(budget["capacity"]),
+            replica["max_concurrency"])
+
+
+def _replicas_from_recommendation(recommendation):
+    replicas = []
+    for index, placement in enumerate(recommendation["placement"]):
+        replicas.append({
+            "name": "r%d" % index,
+            "hosts": [stage["node"] for stage in placement],
+            "tensor_parallel_size": recommendation["tp"],
+            "pipeline_parallel_size": recommendation["pp"],
+        })
+    return replicas
+
+
+def plan(params):
+    """Return ``(result, errors)``; pure apart from reading config_path."""
+    errors = []
+    shape = _load_shape(params["model"])
+    workload = params["workload"] or {}
+    options = params["planner_options"] or {}
+    errors.extend(_check_workload(workload, shape))
+    nodes, node_errors = resolve_nodes(params["nodes"], params["node_group"])
+    errors.extend(node_errors)
+    result = {"nodes": list(nodes.values()), "replicas": [], "warnings_found": [], "summary": []}
+    if errors:
+        return result, errors
+
+    try:
+        result["recommendation"] = plan_parallelism(shape, list(nodes.values()), workload, options)
+        result["warnings_found"].extend(result["recommendation"].get("warnings", []))
+    except PlanError as exc:
+        if not params["replicas"]:
+            return result, [str(exc)]
+        result["warnings_found"].append("no recommendation: %s" % exc)
+
+    replicas = params["replicas"] or _replicas_from_recommendation(result["recommendation"])
+    layout_errors = check_replica_layout(replicas, nodes)
+    if layout_errors:
+        return result, layout_errors
+
+    for replica in replicas:
+        tp, pp = replica["tensor_parallel_size"], replica["pipeline_parallel_size"]
+        replica_nodes = [nodes[host] for host in replica["hosts"]]
+        check = validate_parallelism(shape, replica_nodes, tp, pp, workload, options)
+        errors.extend("replica %s: %s" % (replica["name"], error) for error in check["errors"])
+        result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check.get("warnings", []))
+        if check["errors"]:
+            continue
+        entry = dict(replica, backend="ray" if len(replica["hosts"]) > 1 else "mp",
+                     budget=check["budget"], max_concurrency=check.get("max_concurrency", 0))
+        result["replicas"].append(entry)
+        result["summary"].append(_summary(entry))
+    return result, errors
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            model=dict(type="dict", required=True),
+            workload=dict(type="dict", required=True),
+            nodes=dict(type="list", elements="dict", required=True),
+            replicas=dict(type="list", elements="dict", default=[]),
+            node_group=dict(type="str", default="vllm_nodes"),
+            planner_options=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        result, errors = plan(module.params)
+    except PlanError as exc:
+        module.fail_json(msg="preflight plan refused: %s" % exc, errors=[str(exc)], details=getattr(exc, "details", {}))
+    if errors:
+        module.fail_json(msg="preflight plan found %d problem(s):\n- %s" % (len(errors), "\n- ".join(errors)),
+                         errors=errors, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Source me: makes (or reuses) the pinned controller venv and puts it first on PATH.
+# LLMSERVE_VENV picks the location; a venv is reused only when its stamp matches the
+# hash of requirements/, so a changed pin always rebuilds it.
+set -euo pipefail
+_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+_hash=$(cat "$_repo"/requirements/*.txt | sha256sum | cut -c1-16)
+LLMSERVE_VENV=${LLMSERVE_VENV:-$_repo/.venv}
+
+_have_venv_support() { python3 -c 'import ensurepip, venv' >/dev/null 2>&1; }
+
+if ! command -v python3 >/dev/null 2>&1 || ! _have_venv_support; then
+  # Fresh Debian 12 ships python3 without venv/ensurepip.
+  echo "installing python3-venv (Debian) ..." >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+fi
+
+if [ "$(cat "$LLMSERVE_VENV/.llmserve-stamp" 2>/dev/null)" != "$_hash" ]; then
+  echo "creating venv $LLMSERVE_VENV (requirements $_hash) ..." >&2
+  rm -rf "$LLMSERVE_VENV"
+  python3 -m venv "$LLMSERVE_VENV"
+  "$LLMSERVE_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    -c "$_repo/requirements/constraints.txt" -r "$_repo/requirements/test.txt"
+  echo "$_hash" >"$LLMSERVE_VENV/.llmserve-stamp"
+fi
+export PATH="$LLMSERVE_VENV/bin:$PATH"
+export LLMSERVE_VENV
+unset _repo _hash
+
+# Resolve llmserve.vllm_cluster.* to this checkout (ansible.cfg's collections_path).
+_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$_repo/.ansible/collections/ansible_collections/llmserve"
+ln -sfn "$_repo" "$_repo/.ansible/collections/ansible_collections/llmserve/vllm_cluster"
+unset _repo

@@ -1,0 +1,113 @@
+"""The built collection, installed from its tarball, through the real ansible CLI.
+
+nvidia-smi is tests/fixtures/bin/nvidia-smi-replay, a HARDWARE STAND-IN that prints real
+captures; everything else (build, install, module execution, the planner playbook) is real.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "gpu")
+REPLAY = os.path.join(REPO, "tests", "fixtures", "bin", "nvidia-smi-replay")
+TOPOLOGY_CAPTURES = sorted(
+    [os.path.join(FIXTURES, "h200-1gpu-vm", "nvidia-smi_topo_-m.txt")] + glob.glob(os.path.join(FIXTURES, "public", "*.txt")))
+
+
+def _run(cmd, env, cwd=None, check=True):
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError("%s failed rc=%d\n%s\n%s" % (cmd, proc.returncode, proc.stdout, proc.stderr))
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """Build the tarball from this checkout and install it into a private collections path."""
+    root = tmp_path_factory.mktemp("collection")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.devnull, ANSIBLE_NOCOLOR="1")
+    _run(["ansible-galaxy", "collection", "build", "--output-path", str(root), REPO], env)
+    tarball = glob.glob(str(root / "llmserve-vllm_cluster-*.tar.gz"))
+    assert len(tarball) == 1
+    with tarfile.open(tarball[0]) as archive:
+        names = archive.getnames()
+    assert "plugins/modules/gpu_topology.py" in names
+    assert "roles/preflight/meta/argument_specs.yml" in names
+    assert not [name for name in names if name.startswith(("tests/", ".ci/", "requirements/", ".venv"))]
+    collections = root / "collections"
+    _run(["ansible-galaxy", "collection", "install", "-p", str(collections), tarball[0]], env)
+    assert (collections / "ansible_collections" / "llmserve" / "vllm_cluster" / "MANIFEST.json").exists()
+    return collections
+
+
+def _module(installed, tmp_path, name, args="", fixture_dir=None, with_smi=True):
+    """Run one module with ``ansible localhost -o``; return (ok, result dict)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    if with_smi:
+        shutil.copy(REPLAY, bindir / "nvidia-smi")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.devnull, ANSIBLE_COLLECTIONS_PATH=str(installed),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_NOCOLOR="1", NVIDIA_SMI_FIXTURE_DIR=fixture_dir or "",
+               PATH=str(bindir) + os.pathsep + "/usr/bin:/bin")
+    cmd = [shutil.which("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-o",
+           "-e", "ansible_python_interpreter=" + shutil.which("python3"), "-m", "llmserve.vllm_cluster." + name]
+    if args:
+        cmd += ["-a", args]
+    proc = _run(cmd, env, check=False)
+    line = proc.stdout.strip().splitlines()[-1]
+    status, _sep, payload = line.partition(" => ")
+    return "SUCCESS" in status, json.loads(payload)
+
+
+def _as_fixture_dir(tmp_path, capture):
+    directory = tmp_path / "capture"
+    directory.mkdir(exist_ok=True)
+    shutil.copy(capture, directory / "nvidia-smi_topo_-m.txt")
+    return str(directory)
+
+
+@pytest.mark.parametrize("capture", TOPOLOGY_CAPTURES, ids=os.path.basename)
+def test_gpu_topology_module_on_every_capture(installed, tmp_path, capture):
+    from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._topology import parse_topo_matrix
+
+    with open(capture) as handle:
+        expected = parse_topo_matrix(handle.read())
+    ok, result = _module(installed, tmp_path, "gpu_topology", fixture_dir=_as_fixture_dir(tmp_path, capture))
+    assert ok, result
+    topology = result["topology"]
+    assert set(topology) >= {"gpu_count", "gpus", "matrix", "islands", "nics"}
+    for key in ("gpu_count", "gpus", "matrix", "islands", "nics"):
+        assert topology[key] == expected[key], key
+    assert result["changed"] is False
+
+
+def test_gpu_topology_refuses_tp_across_pcie(installed, tmp_path):
+    capture = os.path.join(FIXTURES, "public", "03b_2gpu_phb_stas00.txt")
+    ok, result = _module(installed, tmp_path, "gpu_topology", "require_tp_size=2",
+                         fixture_dir=_as_fixture_dir(tmp_path, capture))
+    assert not ok
+    assert "GPU0" in result["msg"] and "PHB" in result["msg"]
+
+
+def test_gpu_facts_from_replayed_h200(installed, tmp_path):
+    ok, result = _module(installed, tmp_path, "gpu_facts", "source=nvidia-smi",
+                         fixture_dir=os.path.join(FIXTURES, "h200-1gpu-vm"))
+    assert ok, result
+    facts = result["ansible_facts"]["vllm_cluster_gpus"]
+    assert (facts["gpu_count"], facts["skus"], facts["driver_version"], facts["cuda_driver_version"]) == \
+        (1, ["NVIDIA H200"], "580.159.04", "13.0")
+
+
+def test_gpu_facts_on_a_host_without_driver(installed, tmp_path):
+    ok, result = _module(installed, tmp_path, "gpu_facts", with_smi=False)
+    assert ok, result
+    facts = result["ansible_facts"]["vllm_cluster_gpus"]
+    assert facts["gpu_count"] == 0
+    assert facts["source"] == "none"
+    assert "no nvidia-smi on PATH" in facts["reason"]

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The whole test suite: unit + integration (pytest), ansible-test sanity, ansible-lint production.
+# Every stage runs even when an earlier one fails; the last line sums them up.
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh || { echo "venv setup failed"; echo "0 passed, 1 failed"; exit 1; }
+export ANSIBLE_INJECT_FACT_VARS=false
+# ansible-test's shellcheck sanity test is skipped, not failed, without the program.
+if ! command -v shellcheck >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck) >/dev/null || echo "could not install shellcheck"
+fi
+
+out="$repo/tests/output"
+rm -rf "$out" && mkdir -p "$out"
+stage_pass=0
+stage_fail=0
+failed_stages=()
+
+stage() {  # stage NAME CMD...: run one non-pytest stage and count it as one check.
+  local name=$1; shift
+  echo "=== $name"
+  local start=$SECONDS
+  if "$@"; then
+    stage_pass=$((stage_pass + 1)); echo "=== $name: ok ($((SECONDS - start)) s)"
+  else
+    stage_fail=$((stage_fail + 1)); failed_stages+=("$name"); echo "=== $name: FAILED ($((SECONDS - start)) s)"
+  fi
+}
+
+sanity() {
+  # ansible-test bootstraps pip in its venvs with a get-pip it downloads from outside the
+  # package registries; give it the offline stand-in at the cache path it reads first.
+  local reqs pip_version
+  reqs=$(python3 -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')/_internal/python_requirements.py
+  pip_version=$(grep -oP "pip='\K[0-9.]+" "$reqs" | head -1)
+  mkdir -p ~/.ansible/test/cache
+  cp scripts/ansible-test-get-pip.py ~/.ansible/test/cache/"get_pip_${pip_version//./_}.py"
+  # ansible-test needs the collection at ansible_collections/<ns>/<name>, outside any git
+  # checkout (it would list files through git); copy, never move the repo.
+  local root="${TMPDIR:-/tmp}/llmserve-sanity"
+  local dest="$root/ansible_collections/llmserve/vllm_cluster"
+  rm -rf "$root" && mkdir -p "$dest"
+  git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dest"
+  (cd "$dest" && ansible-test sanity --color no --python 3.11 --venv --requirements)
+}
+
+lint() {
+  ansible-lint --profile production --strict --nocolor
+}
+
+stage "ansible-test sanity" sanity
+stage "ansible-lint production" lint
+
+echo "=== pytest"
+pytest -q --junitxml="$out/pytest.xml" tests/unit tests/integration
+rc=$?
+[ "$rc" -eq 5 ] && echo "pytest collected no tests: that is a failure here"
+read -r py_pass py_fail < <(python3 - "$out/pytest.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError):
+    print(0, 1); raise SystemExit
+suites = [root] if root.tag == "testsuite" else list(root)
+tests = sum(int(s.get("tests", 0)) for s in suites)
+bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+print(tests - bad - skipped, bad if tests else 1)
+PY
+)
+[ "$rc" -ne 0 ] && [ "$py_fail" -eq 0 ] && py_fail=1
+
+[ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"
+echo "$((py_pass + stage_pass)) passed, $((py_fail + stage_fail)) failed"
+[ $((py_fail + stage_fail)) -eq 0 ]

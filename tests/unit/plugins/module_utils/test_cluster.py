@@ -1,0 +1,102 @@
+"""Declared vs. discovered hardware, and replica layout checks."""
+
+import pytest
+
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._cluster import (
+    check_replica_layout,
+    replica_gpu_usage,
+    resolve_node,
+    resolve_nodes,
+)
+
+MIB = 1024 * 1024
+DECLARED_H100 = {"count": 4, "sku": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "islands": [[0, 1, 2, 3]]}
+
+
+def _facts(count, sku="NVIDIA H200", memory=143771, mig=False):
+    gpus = [{"index": i, "name": sku, "memory_total_mib": memory} for i in range(count)]
+    return {"source": "nvml", "gpu_count": count, "skus": sorted({sku}), "gpus": gpus, "mig_enabled": mig,
+            "driver_version": "580.159.04"}
+
+
+def test_declared_only_node():
+    node, errors = resolve_node({"name": "gpu-a", "declared": DECLARED_H100})
+    assert errors == []
+    assert node == {"name": "gpu-a", "source": "declared", "mig_enabled": False, "gpu_count": 4,
+                    "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_bytes": 81559 * MIB, "islands": [[0, 1, 2, 3]]}
+
+
+def test_facts_win_and_topology_islands_are_used():
+    topology = {"islands": [[0]]}
+    node, errors = resolve_node({"name": "h", "declared": {}, "facts": _facts(1), "topology": topology})
+    assert errors == []
+    assert (node["source"], node["gpu_count"], node["gpu_name"], node["gpu_memory_bytes"], node["islands"]) == \
+        ("facts", 1, "NVIDIA H200", 143771 * MIB, [[0]])
+    assert node["driver_version"] == "580.159.04"
+
+
+def test_count_and_sku_mismatch_name_the_variable():
+    _node, errors = resolve_node({"name": "gpu-a", "declared": DECLARED_H100, "facts": _facts(8)})
+    assert errors == [
+        "node gpu-a: vllm_cluster_node_gpus.count is 4 but the host reports 8 GPUs "
+        "(set vllm_cluster_node_gpus in host_vars/gpu-a or group_vars)",
+        "node gpu-a: GPU SKU mismatch: vllm_cluster_node_gpus.sku is 'NVIDIA H100 80GB HBM3' but the host reports "
+        "'NVIDIA H200' (set vllm_cluster_node_gpus in host_vars/gpu-a or group_vars)",
+    ]
+
+
+def test_mixed_skus_in_one_node():
+    facts = _facts(2)
+    facts["skus"] = ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3"]
+    facts["gpus"][1]["memory_total_mib"] = 40960
+    node, errors = resolve_node({"name": "mixed", "facts": facts})
+    assert "mixes GPU models (NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3)" in errors[0]
+    assert node["gpu_memory_bytes"] == 40960 * MIB  # the smallest GPU bounds every TP rank
+
+
+def test_no_gpu_and_no_declaration_names_missing_keys():
+    node, errors = resolve_node({"name": "cpu1", "declared": {"count": 1},
+                                 "facts": {"gpu_count": 0, "reason": "no nvidia-smi on PATH"}})
+    assert node is None
+    assert errors == ["node cpu1: no GPU found (no nvidia-smi on PATH) and vllm_cluster_node_gpus lacks sku, memory_mib "
+                      "(set vllm_cluster_node_gpus in host_vars/cpu1 or group_vars)"]
+
+
+def test_empty_group():
+    assert resolve_nodes([], "gpus") == ({}, ["inventory group gpus is empty or missing: put the GPU hosts in it, "
+                                              "or set preflight_node_group"])
+
+
+def _nodes(**counts):
+    return {name: {"name": name, "gpu_count": count} for name, count in counts.items()}
+
+
+def test_gpu_usage_counts_pp_inside_one_host():
+    replicas = [{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 2, "pipeline_parallel_size": 2},
+                {"name": "b", "hosts": ["n1", "n2"], "tensor_parallel_size": 4, "pipeline_parallel_size": 2}]
+    assert replica_gpu_usage(replicas) == {"n1": [("a", 4), ("b", 4)], "n2": [("b", 4)]}
+
+
+def test_layout_ok():
+    replicas = [{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1},
+                {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1}]
+    assert check_replica_layout(replicas, _nodes(n1=8)) == []
+
+
+@pytest.mark.parametrize("replicas, expected", [
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 4}],
+     "vllm_cluster_replicas[0] (a) lacks pipeline_parallel_size"),
+    ([{"name": "a", "hosts": ["n9"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1}],
+     "vllm_cluster_replicas[0] (a): host n9 is not a resolved GPU node; add it to the node group or fix the name"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1}] * 2,
+     "vllm_cluster_replicas: name a is used twice; give every replica its own name"),
+    ([{"name": "a", "hosts": ["n1", "n2"], "tensor_parallel_size": 4, "pipeline_parallel_size": 3}],
+     "vllm_cluster_replicas[0] (a): pipeline_parallel_size=3 but 2 hosts listed; one PP stage per host, so list exactly "
+     "pipeline_parallel_size hosts (or one host for PP inside a node)"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 8, "pipeline_parallel_size": 1},
+      {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1}],
+     "host n1 has 8 GPUs but replicas a, b need 12 there; lower tensor_parallel_size or move a replica in "
+     "vllm_cluster_replicas"),
+])
+def test_layout_errors(replicas, expected):
+    assert expected in check_replica_layout(replicas, _nodes(n1=8, n2=8))
