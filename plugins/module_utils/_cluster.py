@@ -9,6 +9,17 @@ errors an operator sees in preflight before any host is touched.
 
 from __future__ import annotations
 
+import json
+
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (
+    GIB,
+    PlanError,
+    model_shape_from_config,
+    normalize_shape,
+    plan_parallelism,
+    validate_parallelism,
+)
+
 _MIB = 1024 * 1024
 _DECLARED = "vllm_cluster_node_gpus"
 
@@ -117,3 +128,107 @@ def check_replica_layout(replicas, nodes):
             errors.append("host %s has %d GPUs but replicas %s need %d there; lower tensor_parallel_size or move a replica "
                           "in vllm_cluster_replicas" % (host, have, ", ".join(name for name, _gpus in uses), need))
     return errors
+
+
+
+def _load_shape(model):
+    if not isinstance(model, dict) or not model:
+        raise PlanError("vllm_cluster_model is missing or empty: set id, revision and the model's config (or config_path)")
+    if model.get("shape"):
+        return normalize_shape(model["shape"])
+    config = model.get("config")
+    if config is None and model.get("config_path"):
+        try:
+            with open(model["config_path"]) as handle:
+                config = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise PlanError("vllm_cluster_model.config_path %s cannot be read as JSON: %s" % (model["config_path"], exc))
+    if config is None:
+        raise PlanError("vllm_cluster_model needs config (the model's config.json as a dict), config_path or shape")
+    return model_shape_from_config(config, params=model.get("params"))
+
+
+def _check_workload(workload, shape):
+    errors = []
+    for key in ("max_model_len", "concurrency"):
+        value = workload.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append("vllm_cluster_workload.%s must be a positive integer, got %r" % (key, value))
+    limit = shape.get("max_model_len")
+    if not errors and limit and workload["max_model_len"] > limit:
+        errors.append("vllm_cluster_workload.max_model_len=%d is above the model's limit %d (max_position_embeddings); "
+                      "lower it to at most %d" % (workload["max_model_len"], limit, limit))
+    return errors
+
+
+def _gib(value):
+    return "%.1f GiB" % (value / float(GIB))
+
+
+def _summary(replica):
+    budget = replica["budget"]
+    return "%s: tp=%d pp=%d backend=%s on %s; per GPU %s weights + %s KV + %s overhead + %s margin of %s usable; " \
+        "max concurrency %d at max_model_len" % (
+            replica["name"], replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["backend"],
+            ",".join(replica["hosts"]), _gib(budget["weights"]), _gib(budget["kv_cache"]),
+            _gib(budget["runtime_overhead"]), _gib(budget["operational_margin"]), _gib(budget["capacity"]),
+            replica["max_concurrency"])
+
+
+def _replicas_from_recommendation(recommendation):
+    replicas = []
+    for index, placement in enumerate(recommendation["placement"]):
+        replicas.append({
+            "name": "r%d" % index,
+            "hosts": [stage["node"] for stage in placement],
+            "tensor_parallel_size": recommendation["tp"],
+            "pipeline_parallel_size": recommendation["pp"],
+        })
+    return replicas
+
+
+def plan_cluster(params):
+    """Plan or check every replica; returns ``(result, errors)``. Reads only model.config_path."""
+    errors = []
+    shape = _load_shape(params["model"])
+    workload = params["workload"] or {}
+    options = params["planner_options"] or {}
+    errors.extend(_check_workload(workload, shape))
+    nodes, node_errors = resolve_nodes(params["nodes"], params["node_group"])
+    errors.extend(node_errors)
+    result = {"nodes": list(nodes.values()), "replicas": [], "warnings_found": [], "summary": []}
+    if errors:
+        return result, errors
+
+    try:
+        result["recommendation"] = plan_parallelism(shape, list(nodes.values()), workload, options)
+        result["warnings_found"].extend(result["recommendation"].get("warnings", []))
+    except PlanError as exc:
+        if not params["replicas"]:
+            return result, [str(exc)]
+        result["warnings_found"].append("no recommendation: %s" % exc)
+
+    replicas = params["replicas"] or _replicas_from_recommendation(result["recommendation"])
+    layout_errors = check_replica_layout(replicas, nodes)
+    if layout_errors:
+        return result, layout_errors
+
+    for replica in replicas:
+        tp, pp = replica["tensor_parallel_size"], replica["pipeline_parallel_size"]
+        replica_nodes = [nodes[host] for host in replica["hosts"]]
+        check = validate_parallelism(shape, replica_nodes, tp, pp, workload, options)
+        errors.extend("replica %s: %s" % (replica["name"], error) for error in check["errors"])
+        result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check.get("warnings", []))
+        if check["errors"]:
+            continue
+        entry = dict(replica, backend="ray" if len(replica["hosts"]) > 1 else "mp",
+                     budget=check["budget"], max_concurrency=check.get("max_concurrency", 0))
+        result["replicas"].append(entry)
+        result["summary"].append(_summary(entry))
+    recommendation = result.get("recommendation")
+    if recommendation:
+        result["summary"].insert(0, "recommended: tp=%d pp=%d backend=%s; %d replica(s) fit these nodes; max concurrency %d "
+                                    "per replica at max_model_len" % (
+                                        recommendation["tp"], recommendation["pp"], recommendation["backend"],
+                                        recommendation["replicas"], recommendation["max_concurrency"]))
+    return result, errors

@@ -111,117 +111,10 @@ summary:
   sample: ["r0: tp=4 pp=1 backend=mp on gpu-a; per GPU 35.2 GiB weights + 9.8 GiB KV ...; max concurrency 118"]
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._cluster import check_replica_layout, resolve_nodes
-from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (
-    PlanError,
-    model_shape_from_config,
-    normalize_shape,
-    plan_parallelism,
-    validate_parallelism,
-)
-
-_GIB = 1024.0 ** 3
-
-
-def _load_shape(model):
-    if not isinstance(model, dict) or not model:
-        raise PlanError("vllm_cluster_model is missing or empty: set id, revision and the model's config (or config_path)")
-    if model.get("shape"):
-        return normalize_shape(model["shape"])
-    config = model.get("config")
-    if config is None and model.get("config_path"):
-        try:
-            with open(model["config_path"]) as handle:
-                config = json.load(handle)
-        except (OSError, ValueError) as exc:
-            raise PlanError("vllm_cluster_model.config_path %s cannot be read as JSON: %s" % (model["config_path"], exc))
-    if config is None:
-        raise PlanError("vllm_cluster_model needs config (the model's config.json as a dict), config_path or shape")
-    return model_shape_from_config(config, params=model.get("params"))
-
-
-def _check_workload(workload, shape):
-    errors = []
-    for key in ("max_model_len", "concurrency"):
-        value = workload.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            errors.append("vllm_cluster_workload.%s must be a positive integer, got %r" % (key, value))
-    limit = shape.get("max_model_len")
-    if not errors and limit and workload["max_model_len"] > limit:
-        errors.append("vllm_cluster_workload.max_model_len=%d is above the model's limit %d (max_position_embeddings); "
-                      "lower it to at most %d" % (workload["max_model_len"], limit, limit))
-    return errors
-
-
-def _gib(value):
-    return "%.1f GiB" % (value / _GIB)
-
-
-def _summary(replica):
-    budget = replica["budget"]
-    return "%s: tp=%d pp=%d backend=%s on %s; per GPU %s weights + %s KV + %s overhead + %s margin of %s usable; " \
-        "max concurrency %d at max_model_len" % (
-            replica["name"], replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["backend"],
-            ",".join(replica["hosts"]), _gib(budget["weights"]), _gib(budget["kv_cache"]),
-            _gib(budget["runtime_overhead"]), _gib(budget["operational_margin"]), _gib(budget["capacity"]),
-            replica["max_concurrency"])
-
-
-def _replicas_from_recommendation(recommendation):
-    replicas = []
-    for index, placement in enumerate(recommendation["placement"]):
-        replicas.append({
-            "name": "r%d" % index,
-            "hosts": [stage["node"] for stage in placement],
-            "tensor_parallel_size": recommendation["tp"],
-            "pipeline_parallel_size": recommendation["pp"],
-        })
-    return replicas
-
-
-def plan(params):
-    """Return ``(result, errors)``; pure apart from reading config_path."""
-    errors = []
-    shape = _load_shape(params["model"])
-    workload = params["workload"] or {}
-    options = params["planner_options"] or {}
-    errors.extend(_check_workload(workload, shape))
-    nodes, node_errors = resolve_nodes(params["nodes"], params["node_group"])
-    errors.extend(node_errors)
-    result = {"nodes": list(nodes.values()), "replicas": [], "warnings_found": [], "summary": []}
-    if errors:
-        return result, errors
-
-    try:
-        result["recommendation"] = plan_parallelism(shape, list(nodes.values()), workload, options)
-        result["warnings_found"].extend(result["recommendation"].get("warnings", []))
-    except PlanError as exc:
-        if not params["replicas"]:
-            return result, [str(exc)]
-        result["warnings_found"].append("no recommendation: %s" % exc)
-
-    replicas = params["replicas"] or _replicas_from_recommendation(result["recommendation"])
-    layout_errors = check_replica_layout(replicas, nodes)
-    if layout_errors:
-        return result, layout_errors
-
-    for replica in replicas:
-        tp, pp = replica["tensor_parallel_size"], replica["pipeline_parallel_size"]
-        replica_nodes = [nodes[host] for host in replica["hosts"]]
-        check = validate_parallelism(shape, replica_nodes, tp, pp, workload, options)
-        errors.extend("replica %s: %s" % (replica["name"], error) for error in check["errors"])
-        result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check.get("warnings", []))
-        if check["errors"]:
-            continue
-        entry = dict(replica, backend="ray" if len(replica["hosts"]) > 1 else "mp",
-                     budget=check["budget"], max_concurrency=check.get("max_concurrency", 0))
-        result["replicas"].append(entry)
-        result["summary"].append(_summary(entry))
-    return result, errors
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._cluster import plan_cluster
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import PlanError
 
 
 def main():
@@ -237,7 +130,7 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result, errors = plan(module.params)
+        result, errors = plan_cluster(module.params)
     except PlanError as exc:
         module.fail_json(msg="preflight plan refused: %s" % exc, errors=[str(exc)], details=getattr(exc, "details", {}))
     if errors:

@@ -19,7 +19,7 @@ fi
 mkdir -p /tmp/collections/ansible_collections/llmserve
 ln -sfn "$repo" /tmp/collections/ansible_collections/llmserve/vllm_cluster
 export ANSIBLE_COLLECTIONS_PATH=/tmp/collections ANSIBLE_INJECT_FACT_VARS=false ANSIBLE_LOCALHOST_WARNING=false
-export ANSIBLE_CONFIG=/dev/null ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_CALLBACK_RESULT_FORMAT=json
+export ANSIBLE_CONFIG=$repo/tests/integration/empty-ansible.cfg ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_CALLBACK_RESULT_FORMAT=json
 ansible() { "$py" /tmp/site/bin/ansible "$@"; }
 ansible_playbook() { "$py" /tmp/site/bin/ansible-playbook "$@"; }
 

@@ -13,6 +13,9 @@ import tarfile
 
 import pytest
 
+# An empty config: the checkout's ansible.cfg must not leak into what the installed collection does.
+EMPTY_CFG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "empty-ansible.cfg")
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "gpu")
 REPLAY = os.path.join(REPO, "tests", "fixtures", "bin", "nvidia-smi-replay")
@@ -31,7 +34,7 @@ def _run(cmd, env, cwd=None, check=True):
 def installed(tmp_path_factory):
     """Build the tarball from this checkout and install it into a private collections path."""
     root = tmp_path_factory.mktemp("collection")
-    env = dict(os.environ, ANSIBLE_CONFIG=os.devnull, ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_CONFIG=EMPTY_CFG, ANSIBLE_NOCOLOR="1")
     _run(["ansible-galaxy", "collection", "build", "--output-path", str(root), REPO], env)
     tarball = glob.glob(str(root / "llmserve-vllm_cluster-*.tar.gz"))
     assert len(tarball) == 1
@@ -52,7 +55,7 @@ def _module(installed, tmp_path, name, args="", fixture_dir=None, with_smi=True)
     bindir.mkdir(exist_ok=True)
     if with_smi:
         shutil.copy(REPLAY, bindir / "nvidia-smi")
-    env = dict(os.environ, ANSIBLE_CONFIG=os.devnull, ANSIBLE_COLLECTIONS_PATH=str(installed),
+    env = dict(os.environ, ANSIBLE_CONFIG=EMPTY_CFG, ANSIBLE_COLLECTIONS_PATH=str(installed),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_NOCOLOR="1", NVIDIA_SMI_FIXTURE_DIR=fixture_dir or "",
                PATH=str(bindir) + os.pathsep + "/usr/bin:/bin")
     cmd = [shutil.which("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-o",
@@ -111,3 +114,60 @@ def test_gpu_facts_on_a_host_without_driver(installed, tmp_path):
     assert facts["gpu_count"] == 0
     assert facts["source"] == "none"
     assert "no nvidia-smi on PATH" in facts["reason"]
+
+
+def _playbook(installed, playbook, inventory, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=EMPTY_CFG, ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INJECT_FACT_VARS="false")
+    cmd = [shutil.which("ansible-playbook"), playbook, "-i", inventory] + list(extra)
+    return _run(cmd, env, check=False)
+
+
+@pytest.mark.parametrize("inventory, tp, pp, backend", [
+    ("single-node-tp4", 4, 1, "mp"),
+    ("two-node-tp4-pp2", 4, 2, "ray"),
+])
+def test_installed_plan_playbook_on_example_inventories(installed, tmp_path, inventory, tp, pp, backend):
+    plan_file = tmp_path / "plan.json"
+    proc = _playbook(installed, "llmserve.vllm_cluster.plan", os.path.join(REPO, "inventories", "examples", inventory),
+                     "-e", "preflight_plan_file=%s" % plan_file)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(plan_file.read_text())
+    replica = plan["replicas"][0]
+    assert (replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["backend"]) == (tp, pp, backend)
+    assert replica["budget"]["fits"] is True
+    assert "tp=%d pp=%d backend=%s" % (tp, pp, backend) in proc.stdout
+
+
+def test_plan_playbook_refuses_a_replica_that_does_not_fit(installed):
+    inventory = os.path.join(REPO, "inventories", "examples", "two-node-tp4-pp2")
+    proc = _playbook(installed, "llmserve.vllm_cluster.plan", inventory,
+                     "-e", '{"vllm_cluster_replicas": [{"name": "r0", "hosts": ["gpu-a"], "tensor_parallel_size": 4, '
+                           '"pipeline_parallel_size": 1}]}')
+    assert proc.returncode == 2
+    assert "replica r0: tp=4 pp=1 needs" in proc.stdout
+    assert "raise vllm_cluster_replicas.tensor_parallel_size" in proc.stdout
+
+
+def test_planner_filters_in_a_playbook(installed, tmp_path):
+    playbook = tmp_path / "filters.yml"
+    playbook.write_text("""
+- hosts: localhost
+  gather_facts: false
+  vars:
+    config: {num_hidden_layers: 32, hidden_size: 4096, intermediate_size: 14336, num_attention_heads: 32,
+             num_key_value_heads: 8, vocab_size: 128256, torch_dtype: bfloat16}
+    node: {name: a, gpu_count: 8, gpu_memory_bytes: 85520809984, gpu_name: H100, islands: [[0, 1, 2, 3, 4, 5, 6, 7]]}
+    workload: {max_model_len: 8192, concurrency: 32}
+  tasks:
+    - ansible.builtin.assert:
+        that:
+          - (config | llmserve.vllm_cluster.vllm_model_shape).params == 8030261248
+          - (config | llmserve.vllm_cluster.vllm_kv_bytes_per_token) == 131072
+          - (config | llmserve.vllm_cluster.vllm_kv_bytes_per_token('fp8', 4)) == 16384
+          - (config | llmserve.vllm_cluster.vllm_memory_budget(node.gpu_memory_bytes, workload)).fits
+          - (config | llmserve.vllm_cluster.vllm_plan_parallelism([node], workload)).tp == 1
+""")
+    proc = _playbook(installed, str(playbook), "localhost,", "-c", "local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "failed=0" in proc.stdout
