@@ -130,7 +130,6 @@ def check_replica_layout(replicas, nodes):
     return errors
 
 
-
 def _load_shape(model):
     if not isinstance(model, dict) or not model:
         raise PlanError("vllm_cluster_model is missing or empty: set id, revision and the model's config (or config_path)")

@@ -12,16 +12,16 @@ mkdir -p "$cap" "$OUT"
 export LC_ALL=C.UTF-8 LANG=C.UTF-8 NCCL_NVLS_ENABLE=0
 py=$(command -v python3)
 
-if [ -d "$repo/.whl" ]; then
+if [ -d "$repo/.whl" ] && [ -z "${LLMSERVE_SKIP_WHEELS:-}" ]; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 fi
 mkdir -p /tmp/collections/ansible_collections/llmserve
 ln -sfn "$repo" /tmp/collections/ansible_collections/llmserve/vllm_cluster
 export ANSIBLE_COLLECTIONS_PATH=/tmp/collections ANSIBLE_INJECT_FACT_VARS=false ANSIBLE_LOCALHOST_WARNING=false
 export ANSIBLE_CONFIG=$repo/tests/integration/empty-ansible.cfg ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_CALLBACK_RESULT_FORMAT=json
-ansible() { "$py" /tmp/site/bin/ansible "$@"; }
-ansible_playbook() { "$py" /tmp/site/bin/ansible-playbook "$@"; }
+ansible() { "$py" "$(type -P ansible)" "$@"; }
+ansible_playbook() { "$py" "$(type -P ansible-playbook)" "$@"; }
 
 capture() {  # capture FILE CMD...: raw output of one view, rc appended to a log
   local file=$1; shift
@@ -60,4 +60,4 @@ ansible_playbook -i "$repo/tests/device/inventory.yml" -e "ansible_python_interp
 echo "preflight rc=$?" | tee -a "$work/modules.log"
 
 tar -C "$work" -czf "$OUT/device-results.tgz" .
-cat "$work/modules.log"
+

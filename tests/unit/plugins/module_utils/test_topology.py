@@ -36,6 +36,10 @@ EXPECTED = {
         "gpu_count": 1, "matrix": [["X"]], "islands": [[0]], "nics": [],
         "gpus": _gpus([("0-15", "0", None)]),
     },
+    "h200-1gpu-device/nvidia-smi_topo_-m.txt": {
+        "gpu_count": 1, "matrix": [["X"]], "islands": [[0]], "nics": [],
+        "gpus": _gpus([("0-15", "0", None)]),
+    },
     "public/01_h100_8gpu_nv18_stas00.txt": {
         "gpu_count": 8, "matrix": _full(8, "NV18"), "islands": [list(range(8))], "nics": [],
         "gpus": _gpus([("0-51", "0", None)] * 4 + [("52-103", "1", None)] * 4),
