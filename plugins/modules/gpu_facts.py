@@ -34,13 +34,9 @@ options:
       - Fail unless at least this many GPUs are found.
     type: int
     default: 0
+extends_documentation_fragment:
+  - llmserve.vllm_cluster.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Read only; runs in check mode too.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
   facts:
     support: full
     description: Sets C(vllm_cluster_gpus).

@@ -36,13 +36,8 @@ options:
       - GPU indices of the TP group to check, instead of choosing an island.
     type: list
     elements: int
-attributes:
-  check_mode:
-    support: full
-    description: Read only; runs in check mode too.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
+extends_documentation_fragment:
+  - llmserve.vllm_cluster.read_only
 """
 
 EXAMPLES = r"""

@@ -59,13 +59,8 @@ options:
       - Planner knobs passed through, e.g. C(gpu_memory_utilization), C(margin_fraction), C(max_pp).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    support: full
-    description: Read only; runs in check mode too.
-  diff_mode:
-    support: none
-    description: Changes nothing.
+extends_documentation_fragment:
+  - llmserve.vllm_cluster.read_only
 """
 
 EXAMPLES = r"""
