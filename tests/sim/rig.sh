@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Simulated GPU-less cluster for tests: systemd-nspawn --boot containers (systemd as PID 1),
+# each in its own network namespace on a private /24 bridge with no route out, overlay
+# roots over one cached Debian 12 image, reachable by Ansible over real SSH.
+#   tests/sim/rig.sh up [N]   boot N hosts (default 3), write inventories/sim/hosts.yml
+#   tests/sim/rig.sh down     stop them (SIGTERM to each nspawn PID we started), remove all state
+#   tests/sim/rig.sh status   list hosts and whether their nspawn is alive
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STATE=${LLMSERVE_SIM_STATE:-/run/llmserve-sim}
+CACHE=${LLMSERVE_SIM_CACHE:-/var/cache/llmserve-sim}
+BRIDGE=${LLMSERVE_SIM_BRIDGE:-llmsim0}
+NET=${LLMSERVE_SIM_NET:-10.213.7}          # /24; .1 is the controller on the bridge
+INVENTORY=${LLMSERVE_SIM_INVENTORY:-$repo/inventories/sim/hosts.yml}
+# Packages baked into the image: hosts have no route to any registry.
+PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
+SOURCES=${LLMSERVE_SIM_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+
+log() { echo "rig: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+need_tools() {
+  local missing=()
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+  command -v ssh >/dev/null || missing+=(openssh-client)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+image_dir() {
+  local hash
+  # Keyed on the package list and the build recipe, so changing either builds a new image.
+  hash=$(printf '%s\n%s\n' "$PACKAGES" "$(declare -f build_image)" | sha256sum | cut -c1-12)
+  echo "$CACHE/image-$hash"
+}
+
+build_image() {
+  local image=$1
+  [ -f "$image/.complete" ] && return 0
+  [ -f "$SOURCES" ] || die "no apt sources at $SOURCES (set LLMSERVE_SIM_APT_SOURCES to a sources file)"
+  log "building $image with mmdebstrap (once; cached)"
+  rm -rf "$image.tmp" && mkdir -p "$CACHE"
+  # The host's own apt sources, so the image comes from wherever this machine's apt is allowed to go.
+  mmdebstrap --quiet --variant=apt --mode=root --format=directory \
+    --aptopt='Acquire::Check-Valid-Until "false"' --include="$PACKAGES" \
+    --customize-hook="chroot \"\$1\" systemctl enable systemd-networkd ssh >/dev/null 2>&1" \
+    --customize-hook="rm -f \"\$1\"/etc/ssh/ssh_host_*" \
+    --customize-hook="echo 'HostKey /etc/ssh/ssh_host_ed25519_key' > \"\$1\"/etc/ssh/sshd_config.d/10-llmsim.conf" \
+    bookworm "$image.tmp" "$SOURCES"
+  touch "$image.tmp/.complete"
+  mv "$image.tmp" "$image"
+}
+
+node_ip() { echo "$NET.$((10 + $1))"; }
+
+prepare_node() {  # prepare_node INDEX IMAGE: overlay root with its own identity, network and keys
+  local i=$1 image=$2 name="node$1" dir="$STATE/nodes/node$1" root
+  root="$dir/root"
+  mkdir -p "$dir/upper" "$dir/work" "$root"
+  mount -t overlay overlay -o "lowerdir=$image,upperdir=$dir/upper,workdir=$dir/work" "$root"
+  echo "$name" >"$root/etc/hostname"
+  printf '127.0.0.1 localhost\n%s %s\n' "$(node_ip "$i")" "$name" >"$root/etc/hosts"
+  for j in $(seq 1 "$COUNT"); do echo "$(node_ip "$j") node$j" >>"$root/etc/hosts"; done
+  mkdir -p "$root/etc/systemd/network" "$root/root/.ssh" "$root/srv/vllm-cache"
+  # No Gateway=: the bridge has no route out, and neither do the hosts.
+  printf '[Match]\nName=host0\n\n[Network]\nAddress=%s/24\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' \
+    "$(node_ip "$i")" >"$root/etc/systemd/network/10-llmsim-host0.network"
+  install -m 0600 "$STATE/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
+  ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$root/etc/ssh/ssh_host_ed25519_key"
+  echo "$(node_ip "$i") $(cut -d' ' -f1-2 "$root/etc/ssh/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
+}
+
+boot_node() {
+  local i=$1 dir="$STATE/nodes/node$1"
+  SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 setsid systemd-nspawn --quiet --boot --register=no --keep-unit --machine="node$i" \
+    --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" \
+    --console=passive </dev/null >"$dir/console.log" 2>&1 &
+  echo $! >"$dir/pid"
+}
+
+wait_ssh() {
+  local i=$1 deadline=$((SECONDS + ${LLMSERVE_SIM_BOOT_TIMEOUT:-90}))
+  until ssh -q -i "$STATE/id_ed25519" -o UserKnownHostsFile="$STATE/known_hosts" -o StrictHostKeyChecking=yes \
+      -o ConnectTimeout=2 -o BatchMode=yes "root@$(node_ip "$i")" true 2>/dev/null; do
+    kill -0 "$(cat "$STATE/nodes/node$i/pid")" 2>/dev/null || die "node$i exited during boot: $(tail -5 "$STATE/nodes/node$i/console.log")"
+    [ $SECONDS -lt "$deadline" ] || die "node$i: no SSH after ${LLMSERVE_SIM_BOOT_TIMEOUT:-90}s"
+    sleep 0.5
+  done
+}
+
+write_inventory() {
+  mkdir -p "$(dirname "$INVENTORY")"
+  {
+    echo "---"
+    echo "# Written by tests/sim/rig.sh: the simulated cluster (nspawn hosts, no GPUs, no route out)."
+    echo "all:"
+    echo "  vars:"
+    echo "    ansible_user: root"
+    echo "    ansible_ssh_private_key_file: $STATE/id_ed25519"
+    echo "    ansible_ssh_common_args: -o UserKnownHostsFile=$STATE/known_hosts -o StrictHostKeyChecking=yes"
+    echo "    ansible_python_interpreter: /usr/bin/python3"
+    echo "    vllm_cluster_sim_controller_ip: $NET.1"
+    echo "  children:"
+    echo "    vllm_nodes:"
+    echo "      hosts:"
+    for i in $(seq 1 "$COUNT"); do
+      echo "        node$i:"
+      echo "          ansible_host: $(node_ip "$i")"
+    done
+  } >"$INVENTORY"
+}
+
+up() {
+  COUNT=${1:-3}
+  [ "$(id -u)" -eq 0 ] || die "run as root (nspawn, overlay mounts and the bridge need it)"
+  [ -d "$STATE/nodes" ] && die "a rig is already up in $STATE: run '$0 down' first"
+  need_tools
+  local image
+  image=$(image_dir)
+  build_image "$image"
+  mkdir -p "$STATE/shared-cache" && : >"$STATE/known_hosts"
+  echo "$COUNT" >"$STATE/count"
+  ssh-keygen -q -t ed25519 -N '' -C llmsim-controller -f "$STATE/id_ed25519" <<<y >/dev/null 2>&1 || true
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$NET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  local start=$SECONDS
+  for i in $(seq 1 "$COUNT"); do prepare_node "$i" "$image"; boot_node "$i"; done
+  for i in $(seq 1 "$COUNT"); do wait_ssh "$i"; done
+  write_inventory
+  log "$COUNT host(s) up in $((SECONDS - start)) s; inventory $INVENTORY"
+}
+
+down() {
+  [ -d "$STATE" ] || { log "nothing to take down"; return 0; }
+  local dir pid
+  for dir in "$STATE"/nodes/*/; do
+    [ -f "$dir/pid" ] || continue
+    pid=$(cat "$dir/pid")
+    # SIGTERM makes nspawn shut the container's systemd down cleanly.
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for dir in "$STATE"/nodes/*/; do
+    [ -f "$dir/pid" ] || continue
+    pid=$(cat "$dir/pid")
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && { log "nspawn $pid ignored SIGTERM for 30 s; killing it"; kill -KILL "$pid"; }
+    mountpoint -q "$dir/root" && umount "$dir/root"
+  done
+  ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
+  rm -rf "$STATE"
+  rm -f "$INVENTORY"
+  log "down"
+}
+
+status() {
+  [ -d "$STATE/nodes" ] || { echo "no rig"; return 0; }
+  local dir
+  for dir in "$STATE"/nodes/*/; do
+    if kill -0 "$(cat "$dir/pid")" 2>/dev/null; then echo "$(basename "$dir") up"; else echo "$(basename "$dir") down"; fi
+  done
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+esac
