@@ -55,10 +55,15 @@ def _snippet(lines, limit=3):
 
 
 def _find_header(lines):
-    for index, line in enumerate(lines):
-        if "GPU0" in line.split():
-            return index
-    raise TopologyParseError("no nvidia-smi topo -m header (a line with a GPU0 column) found in: %r" % _snippet(lines))
+    # GPUs always come first, so the header starts with GPU0; preferring that (and no X, which
+    # only rows have) keeps a comment or prompt line that merely mentions GPU0 from matching.
+    # The looser second pass lets _parse_header explain a header with its GPUs out of order.
+    for strict in (True, False):
+        for index, line in enumerate(lines):
+            tokens = line.split()
+            if "GPU0" in tokens and "X" not in tokens and (tokens[0] == "GPU0" or not strict):
+                return index
+    raise TopologyParseError("no nvidia-smi topo -m header (a line starting with a GPU0 column) found in: %r" % _snippet(lines))
 
 
 def _parse_header(line):
@@ -120,7 +125,10 @@ def parse_topo_matrix(text):
         if len(links) != len(devices):
             raise TopologyParseError("row %s has %d link cells, expected %d: %r" % (name, len(links), len(devices), line.strip()))
         for link in links:
-            link_rank(link)
+            try:
+                link_rank(link)
+            except TopologyParseError as exc:
+                raise TopologyParseError("row %s: %s in %r" % (name, exc, line.strip()))
         if links[devices.index(name)] != "X":
             raise TopologyParseError("row %s does not have X on the diagonal: %r" % (name, line.strip()))
         if len(extra) > len(affinity):
@@ -162,6 +170,8 @@ def parse_topo_matrix(text):
 def nvlink_islands(matrix):
     """Maximal groups of GPUs joined pairwise by NVLink (maximal cliques; singletons for GPUs without NVLink)."""
     count = len(matrix)
+    if not count:
+        return []
     neighbours = [{j for j in range(count) if j != i and _NV_RE.match(matrix[i][j])} for i in range(count)]
     cliques = []
 

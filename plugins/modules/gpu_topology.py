@@ -98,6 +98,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._topology import (
     TopologyParseError,
     check_link_requirement,
+    link_rank,
     parse_topo_matrix,
     tp_group_fits,
     weakest_link,
@@ -108,14 +109,22 @@ def _island_text(island):
     return ",".join("GPU%d" % i for i in island)
 
 
+def _best_link_out_of(topology, island):
+    """Strongest link from the island to a GPU outside it: what a bigger TP group would have to cross."""
+    matrix = topology["matrix"]
+    pairs = [(i, j) for i in island for j in range(topology["gpu_count"]) if j not in island]
+    i, j = max(pairs, key=lambda pair: (link_rank(matrix[pair[0]][pair[1]]), -pair[0], -pair[1]))
+    return i, j, matrix[i][j]
+
+
 def _tp_group(topology, tp_size, tp_gpus):
     """Pick the group to check and return ``(gpus, error)``."""
     if tp_gpus:
         gpus = sorted(set(tp_gpus))
         if tp_size and len(gpus) != tp_size:
             return None, "tp_gpus lists %d GPU(s) but require_tp_size=%d" % (len(gpus), tp_size)
-        if tp_size and len(gpus) > 1 and weakest_link(topology, gpus)["class"] != "nvlink":
-            weakest = weakest_link(topology, gpus)
+        weakest = weakest_link(topology, gpus)
+        if tp_size and len(gpus) > 1 and weakest["class"] != "nvlink":
             return None, "tp_gpus %s are not inside one NVLink island: GPU%d and GPU%d are joined by %s" % (
                 _island_text(gpus), weakest["between"][0], weakest["between"][1], weakest["link"])
         return gpus, None
@@ -127,11 +136,10 @@ def _tp_group(topology, tp_size, tp_gpus):
     if fit["fits"]:
         return fit["island"][:tp_size], None
     largest = topology["islands"][0]
-    across = weakest_link(topology, list(range(topology["gpu_count"])))
+    i, j, link = _best_link_out_of(topology, largest)
     return None, ("require_tp_size=%d does not fit inside one NVLink island: the largest island is %s (%d GPU(s)); "
-                  "GPU%d and GPU%d are joined by %s. Lower tensor_parallel_size to %d or add pipeline stages" % (
-                      tp_size, _island_text(largest), len(largest), across["between"][0], across["between"][1],
-                      across["link"], len(largest)))
+                  "beyond it GPU%d and GPU%d are joined by %s. Lower tensor_parallel_size to %d or add pipeline stages" % (
+                      tp_size, _island_text(largest), len(largest), i, j, link, len(largest)))
 
 
 def main():
@@ -143,22 +151,30 @@ def main():
         ),
         supports_check_mode=True,
     )
+    tp_size = module.params["require_tp_size"]
+    if tp_size is not None and tp_size < 1:
+        module.fail_json(msg="require_tp_size must be at least 1, got %d" % tp_size)
     nvidia_smi = module.get_bin_path("nvidia-smi", required=True)
     cmd = [nvidia_smi, "topo", "-m"]
     rc, stdout, stderr = module.run_command(cmd)
     if rc != 0:
-        module.fail_json(msg="nvidia-smi topo -m failed", rc=rc, stdout=stdout, stderr=stderr, cmd=cmd)
+        module.fail_json(msg="nvidia-smi topo -m failed with rc %d" % rc, rc=rc, stdout=stdout, stderr=stderr, cmd=cmd)
     try:
         topology = parse_topo_matrix(stdout)
-        gpus, error = _tp_group(topology, module.params["require_tp_size"], module.params["tp_gpus"])
-        if error:
-            module.fail_json(msg=error, topology=topology)
-        error = check_link_requirement(topology, gpus, module.params["require_link"])
-        weakest = weakest_link(topology, gpus)
     except TopologyParseError as exc:
-        module.fail_json(msg="cannot use nvidia-smi topo -m output: %s" % exc, rc=rc, stdout=stdout, stderr=stderr, cmd=cmd)
+        module.fail_json(msg="cannot parse nvidia-smi topo -m output: %s" % exc, rc=rc, stdout=stdout, stderr=stderr, cmd=cmd)
+    # Past parsing, a TopologyParseError is a question the host cannot answer (say, GPU9 on a 2-GPU host).
+    try:
+        gpus, error = _tp_group(topology, tp_size, module.params["tp_gpus"])
+        if not error:
+            error = check_link_requirement(topology, gpus, module.params["require_link"])
+            if error:
+                error = "TP group %s: %s" % (_island_text(gpus), error)
+    except TopologyParseError as exc:
+        gpus, error = None, str(exc)
     if error:
-        module.fail_json(msg="TP group %s: %s" % (_island_text(gpus), error), topology=topology)
+        module.fail_json(msg=error, topology=topology)
+    weakest = weakest_link(topology, gpus)
     module.exit_json(changed=False, topology=topology,
                      tp_group={"gpus": gpus, "weakest_link": weakest["link"], "weakest_class": weakest["class"]})
 

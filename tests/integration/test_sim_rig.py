@@ -59,7 +59,7 @@ def test_every_host_answers_over_ssh(rig):
 
 
 def test_systemd_is_pid1_and_running(rig):
-    results = _ansible(rig, "all", "ansible.builtin.command", "systemctl is-system-running")
+    results = _ansible(rig, "all", "ansible.builtin.command", "systemctl is-system-running --wait")
     assert {host: out["stdout"] for host, (_status, out) in results.items()} == {"node%d" % i: "running" for i in range(1, COUNT + 1)}
     pid1 = _ansible(rig, "node1", "ansible.builtin.command", "cat /proc/1/comm")
     assert pid1["node1"][1]["stdout"] == "systemd"

@@ -141,7 +141,7 @@ def test_hybrid_cube_mesh_reports_overlapping_islands():
     ("", "printed nothing"),
     ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no nvidia-smi topo -m header"),
     ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-3\nGPU1\tNV4\n", "row GPU1 has 1 link cells, expected 2"),
-    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tQPI\t0-3\nGPU1\tNV4\t X \t0-3\n", "unknown link type 'QPI'"),
+    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tQPI\t0-3\nGPU1\tNV4\t X \t0-3\n", "row GPU0: unknown link type 'QPI'"),
     ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-3\n", "matrix lacks rows for GPU1"),
     ("\tGPU0\tGPU1\nGPU0\tNV4\tNV4\nGPU1\tNV4\t X\n", "does not have X on the diagonal"),
     ("\tGPU1\tGPU0\nGPU1\t X\tNV4\nGPU0\tNV4\t X\n", "not GPU0..GPU1 first and in order"),
@@ -186,3 +186,34 @@ def test_check_link_requirement():
     assert check_link_requirement(pcie, [0, 1], "any") is None
     with pytest.raises(TopologyParseError, match="require_link must be one of"):
         check_link_requirement(pcie, [0, 1], "fast")
+
+
+def test_junk_mentioning_gpu0_before_the_header_is_skipped():
+    junk = "# GPU0 and GPU1 share an NVLink bridge\r\n$ nvidia-smi topo -m\r\n"
+    assert parse_topo_matrix(junk + SPACED.replace("\n", "\r\n")) == parse_topo_matrix(SPACED)
+
+
+NIC_NO_LEGEND_GPU_NUMA = """        GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID
+GPU0     X      NV2     SYS     0-23            0               2
+GPU1    NV2      X      PXB     24-47           1               3
+NIC0    SYS     PXB      X
+"""
+
+
+def test_nic_without_legend_and_space_separated_gpu_numa_id():
+    topo = parse_topo_matrix(NIC_NO_LEGEND_GPU_NUMA)
+    assert topo["gpus"] == _gpus([("0-23", "0", "2"), ("24-47", "1", "3")])
+    assert topo["islands"] == [[0, 1]]
+    assert topo["nics"] == [{"name": "NIC0", "device": None, "links": {"GPU0": "SYS", "GPU1": "PXB"},
+                             "nearest_gpus": [1], "nearest_link": "PXB"}]
+
+
+def test_nvlink_islands_of_synthetic_matrices():
+    assert nvlink_islands([]) == []
+    assert nvlink_islands([["X"]]) == [[0]]
+    # 0-1 and 2-3 bonded, 1-2 only over SYS: two islands, never one.
+    partial = [["X", "NV2", "SYS", "SYS"], ["NV2", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NV2"], ["SYS", "SYS", "NV2", "X"]]
+    assert nvlink_islands(partial) == [[0, 1], [2, 3]]
+    # A chain 0-1-2 without 0-2 is two overlapping pairs, not a 3-GPU island.
+    chain = [["X", "NV1", "PHB"], ["NV1", "X", "NV1"], ["PHB", "NV1", "X"]]
+    assert nvlink_islands(chain) == [[0, 1], [1, 2]]
