@@ -12,8 +12,11 @@ CACHE=${LLMSERVE_SIM_CACHE:-/var/cache/llmserve-sim}
 BRIDGE=${LLMSERVE_SIM_BRIDGE:-llmsim0}
 NET=${LLMSERVE_SIM_NET:-10.213.7}          # /24; .1 is the controller on the bridge
 INVENTORY=${LLMSERVE_SIM_INVENTORY:-$repo/inventories/sim/hosts.yml}
+# Air-gapped package source: a wheel directory served to the hosts from the controller's bridge address.
+WHEELHOUSE=${LLMSERVE_SIM_WHEELHOUSE:-$CACHE/wheelhouse}
+WHEELHOUSE_PORT=${LLMSERVE_SIM_WHEELHOUSE_PORT:-8765}
 # Packages baked into the image: hosts have no route to any registry.
-PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
+PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-packaging,python3-apt,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
 SOURCES=${LLMSERVE_SIM_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 
 log() { echo "rig: $*" >&2; }
@@ -103,6 +106,8 @@ write_inventory() {
     echo "    ansible_ssh_common_args: -o UserKnownHostsFile=$STATE/known_hosts -o StrictHostKeyChecking=yes"
     echo "    ansible_python_interpreter: /usr/bin/python3"
     echo "    vllm_cluster_sim_controller_ip: $NET.1"
+    echo "    vllm_cluster_pip_find_links: http://$NET.1:$WHEELHOUSE_PORT/"
+    echo "    vllm_cluster_apt_update_cache: false"
     echo "  children:"
     echo "    vllm_nodes:"
     echo "      hosts:"
@@ -111,6 +116,13 @@ write_inventory() {
       echo "          ansible_host: $(node_ip "$i")"
     done
   } >"$INVENTORY"
+}
+
+serve_wheelhouse() {
+  mkdir -p "$WHEELHOUSE"
+  setsid python3 -m http.server --bind "$NET.1" --directory "$WHEELHOUSE" "$WHEELHOUSE_PORT" \
+    </dev/null >"$STATE/wheelhouse.log" 2>&1 &
+  echo $! >"$STATE/wheelhouse.pid"
 }
 
 up() {
@@ -130,6 +142,7 @@ up() {
   local start=$SECONDS
   for i in $(seq 1 "$COUNT"); do prepare_node "$i" "$image"; boot_node "$i"; done
   for i in $(seq 1 "$COUNT"); do wait_ssh "$i"; done
+  serve_wheelhouse
   write_inventory
   log "$COUNT host(s) up in $((SECONDS - start)) s; inventory $INVENTORY"
 }
@@ -150,6 +163,7 @@ down() {
     kill -0 "$pid" 2>/dev/null && { log "nspawn $pid ignored SIGTERM for 30 s; killing it"; kill -KILL "$pid"; }
     mountpoint -q "$dir/root" && umount "$dir/root"
   done
+  if [ -f "$STATE/wheelhouse.pid" ]; then kill -TERM "$(cat "$STATE/wheelhouse.pid")" 2>/dev/null || true; fi
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
   rm -rf "$STATE"
   rm -f "$INVENTORY"
