@@ -16,7 +16,7 @@ INVENTORY=${LLMSERVE_SIM_INVENTORY:-$repo/inventories/sim/hosts.yml}
 WHEELHOUSE=${LLMSERVE_SIM_WHEELHOUSE:-$CACHE/wheelhouse}
 WHEELHOUSE_PORT=${LLMSERVE_SIM_WHEELHOUSE_PORT:-8765}
 # Packages baked into the image: hosts have no route to any registry.
-PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-packaging,python3-apt,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
+PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-packaging,python3-apt,libnuma1,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
 SOURCES=${LLMSERVE_SIM_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 
 log() { echo "rig: $*" >&2; }

