@@ -25,10 +25,8 @@ if [ "$(cat "$LLMSERVE_VENV/.llmserve-stamp" 2>/dev/null)" != "$_hash" ]; then
 fi
 export PATH="$LLMSERVE_VENV/bin:$PATH"
 export LLMSERVE_VENV
-unset _repo _hash
 
 # Resolve llmserve.vllm_cluster.* to this checkout (ansible.cfg's collections_path).
-_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$_repo/.ansible/collections/ansible_collections/llmserve"
 ln -sfn "$_repo" "$_repo/.ansible/collections/ansible_collections/llmserve/vllm_cluster"
-unset _repo
+unset _repo _hash

@@ -201,7 +201,7 @@ def plan_cluster(params):
 
     try:
         result["recommendation"] = plan_parallelism(shape, list(nodes.values()), workload, options)
-        result["warnings_found"].extend(result["recommendation"].get("warnings", []))
+        result["warnings_found"].extend(result["recommendation"]["warnings"])
     except PlanError as exc:
         if not params["replicas"]:
             return result, [str(exc)]
@@ -217,11 +217,11 @@ def plan_cluster(params):
         replica_nodes = [nodes[host] for host in replica["hosts"]]
         check = validate_parallelism(shape, replica_nodes, tp, pp, workload, options)
         errors.extend("replica %s: %s" % (replica["name"], error) for error in check["errors"])
-        result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check.get("warnings", []))
+        result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check["warnings"])
         if check["errors"]:
             continue
         entry = dict(replica, backend="ray" if len(replica["hosts"]) > 1 else "mp",
-                     budget=check["budget"], max_concurrency=check.get("max_concurrency", 0))
+                     budget=check["budget"], max_concurrency=check["max_concurrency"])
         result["replicas"].append(entry)
         result["summary"].append(_summary(entry))
     recommendation = result.get("recommendation")
