@@ -14,6 +14,7 @@ import json
 from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (
     GIB,
     PlanError,
+    executor_backend,
     model_shape_from_config,
     normalize_shape,
     plan_parallelism,
@@ -220,7 +221,7 @@ def plan_cluster(params):
         result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check["warnings"])
         if check["errors"]:
             continue
-        entry = dict(replica, backend="ray" if len(replica["hosts"]) > 1 else "mp",
+        entry = dict(replica, backend=executor_backend(len(replica["hosts"]), options),
                      budget=check["budget"], max_concurrency=check["max_concurrency"])
         result["replicas"].append(entry)
         result["summary"].append(_summary(entry))

@@ -33,6 +33,9 @@ DEFAULT_OPTIONS = {
     "tp_candidates": (1, 2, 4, 8, 16),
     "max_pp": 8,
     "allow_tp_over_pcie": True,
+    # Executor of a replica that spans nodes: Ray on GPU clusters; vLLM's multi-node mp mode where Ray
+    # is unavailable (the CPU build refuses it).
+    "multinode_backend": "ray",
 }
 
 
@@ -53,7 +56,15 @@ def _options(options):
     utilization = merged["gpu_memory_utilization"]
     if not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
         raise PlanError("planner option gpu_memory_utilization must be in (0, 1], got %r" % (utilization,))
+    if merged["multinode_backend"] not in ("ray", "mp"):
+        raise PlanError("planner option multinode_backend must be ray or mp, got %r (set vllm_cluster_multinode_backend)"
+                        % (merged["multinode_backend"],))
     return merged
+
+
+def executor_backend(node_count, options=None):
+    """mp inside one node; the configured multi-node backend (Ray by default) when a replica spans nodes."""
+    return _options(options)["multinode_backend"] if node_count > 1 else "mp"
 
 
 def _gib(value):
@@ -307,7 +318,7 @@ def plan_parallelism(shape, nodes, workload, options=None):
                                      for start in range(0, len(usable) - pp + 1, pp)]
             return {
                 "tp": tp, "pp": pp, "workers_per_replica": tp * pp,
-                "backend": "ray" if pp > 1 else "mp",
+                "backend": executor_backend(pp, options),
                 "nodes_per_replica": pp,
                 "replicas": len(replica_placement),
                 "placement": replica_placement,

