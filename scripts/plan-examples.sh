@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Plan memory and parallelism for every example inventory (no host is contacted) and
-# write one plan JSON per inventory. The simulated-cluster deploy replaces this as the
-# main job once it exists.
+# write one plan JSON per inventory.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"

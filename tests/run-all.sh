@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: unit + integration (pytest), ansible-test sanity, ansible-lint production.
+# The whole test suite: ansible-test sanity, ansible-lint production, unit + integration (pytest), and the
+# molecule sim scenario (the full deploy on the simulated cluster, idempotence, verify).
 # Every stage runs even when an earlier one fails; the last line sums them up.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +51,12 @@ lint() {
   ansible-lint --profile production --strict --nocolor
 }
 
+molecule_sim() {
+  # The simulated 3-host cluster: create (rig up), converge (deploy.yml), idempotence, verify, destroy.
+  if [ "$(id -u)" -ne 0 ]; then echo "molecule sim needs root (nspawn, overlay mounts, the bridge)"; return 1; fi
+  molecule test -s sim
+}
+
 stage "ansible-test sanity" sanity
 stage "ansible-lint production" lint
 
@@ -71,6 +78,8 @@ print(tests - bad - skipped, bad if tests else 1)
 PY
 )
 [ "$rc" -ne 0 ] && [ "$py_fail" -eq 0 ] && py_fail=1
+
+stage "molecule sim (deploy on 3 simulated hosts)" molecule_sim
 
 [ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"
 echo "$((py_pass + stage_pass)) passed, $((py_fail + stage_fail)) failed"

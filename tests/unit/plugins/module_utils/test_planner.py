@@ -5,6 +5,7 @@ import pytest
 from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (
     GIB,
     PlanError,
+    executor_backend,
     estimate_params,
     kv_bytes_per_token,
     max_concurrency,
@@ -229,3 +230,14 @@ def test_validate_pp_beyond_layers():
     nodes = [_node(n, H100) for n in "abc"]
     result = validate_parallelism(tiny, nodes, 1, 3, WORKLOAD)
     assert "pipeline_parallel_size=3 exceeds the model's 2 layers" in result["errors"][0]
+
+
+def test_multinode_backend_option_picks_the_executor_of_spanning_replicas():
+    nodes = [_node("a", A100_40, 4), _node("b", A100_40, 4)]
+    plan = plan_parallelism(model_shape_from_config(LLAMA3_70B), nodes, dict(WORKLOAD, concurrency=16),
+                            {"multinode_backend": "mp"})
+    assert (plan["pp"], plan["backend"]) == (2, "mp")
+    assert executor_backend(1, {"multinode_backend": "ray"}) == "mp"
+    assert executor_backend(2) == "ray"
+    with pytest.raises(PlanError, match="vllm_cluster_multinode_backend"):
+        executor_backend(2, {"multinode_backend": "slurm"})
