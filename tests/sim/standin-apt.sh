@@ -34,8 +34,11 @@ for version in "${versions[@]}"; do
   for file in "$fixture"/nvidia-smi*; do
     sed "s/$captured/$version/g" "$file" >"$pkg/usr/share/nvidia-standin/fixture/$(basename "$file")"
   done
-  printf '#!/bin/sh\n# HARDWARE STAND-IN (llmserve simulated cluster)\nNVIDIA_SMI_FIXTURE_DIR=${NVIDIA_SMI_FIXTURE_DIR:-/usr/share/nvidia-standin/fixture} exec /usr/share/nvidia-standin/nvidia-smi-replay "$@"\n' \
-    >"$pkg/usr/bin/nvidia-smi"
+  cat >"$pkg/usr/bin/nvidia-smi" <<'SMI'
+#!/bin/sh
+# HARDWARE STAND-IN (llmserve simulated cluster): replays a real capture, changes nothing.
+NVIDIA_SMI_FIXTURE_DIR=${NVIDIA_SMI_FIXTURE_DIR:-/usr/share/nvidia-standin/fixture} exec /usr/share/nvidia-standin/nvidia-smi-replay "$@"
+SMI
   chmod 0755 "$pkg/usr/bin/nvidia-smi"
   unit nvidia-persistenced >"$pkg/lib/systemd/system/nvidia-persistenced.service"
   dpkg-deb --root-owner-group -Zgzip --build "$pkg" "$dest.tmp/cuda-drivers-580_${version}-1_amd64.deb" >/dev/null
