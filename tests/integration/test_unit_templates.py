@@ -1,0 +1,97 @@
+"""The vLLM and Ray units as the roles render them, for the venv and container runtimes and the mp and
+Ray executors, parsed back into argv: what systemd would execute on each host."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "ab" * 32
+# The controller's own Python: the hosts here are the controller itself.
+LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+BASE = {
+    "vllm_serve_model_path": "/srv/vllm-cache/models/m/" + "c" * 40,
+    "vllm_serve_served_name": "m", "vllm_serve_revision": "c" * 40,
+    "vllm_serve_api_key": "k" * 20, "vllm_serve_hosts": ["a", "b"], "vllm_serve_replica": "r0",
+    "vllm_serve_ray_address": "10.0.0.11:6379", "ray_cluster_version": "2.60.0",
+}
+
+
+def _render(tmp_path, extra):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"vars": LOCAL, "children": {"vllm_nodes": {"hosts": {
+        "a": {"ansible_host": "10.0.0.11"}, "b": {"ansible_host": "10.0.0.12"}}}}}}))
+    variables = tmp_path / "vars.json"
+    variables.write_text(json.dumps(dict(BASE, repo=REPO, render_dir=str(tmp_path), **extra)))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run([shutil.which("ansible-playbook"), "-i", str(inventory), "-e", "@%s" % variables,
+                          os.path.join(REPO, "tests", "integration", "units", "render.yml")],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    return {name: (tmp_path / name).read_text() for name in os.listdir(tmp_path) if name.endswith(".service")}
+
+
+def _exec_start(unit):
+    lines = unit.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    text = ""
+    for line in lines[start:]:
+        text += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            break
+    return shlex.split(text[len("ExecStart="):])
+
+
+def test_venv_mp_spanning_two_hosts(tmp_path):
+    units = _render(tmp_path, {"vllm_serve_multinode_backend": "mp"})
+    rank0, rank1 = _exec_start(units["a-vllm.service"]), _exec_start(units["b-vllm.service"])
+    assert rank0[:2] == ["/opt/vllm/current/bin/vllm", "serve"]
+    assert "--headless" not in rank0 and rank0[rank0.index("--host") + 1] == "10.0.0.11"
+    assert "--headless" in rank1 and "--host" not in rank1
+    for argv, rank in ((rank0, "0"), (rank1, "1")):
+        assert argv[argv.index("--node-rank") + 1] == rank
+        assert argv[argv.index("--master-addr") + 1] == "10.0.0.11"
+        assert argv[argv.index("--distributed-executor-backend") + 1] == "mp"
+        assert argv[argv.index("--revision") + 1] == "c" * 40
+    assert "User=vllm" in units["a-vllm.service"] and "ProtectSystem=strict" in units["a-vllm.service"]
+    assert "k" * 20 not in units["a-vllm.service"]
+    head, worker = _exec_start(units["a-ray.service"]), _exec_start(units["b-ray.service"])
+    assert head[:3] == ["/opt/vllm/current/bin/ray", "start", "--block"] and "--head" in head
+    assert "--dashboard-host=127.0.0.1" in head
+    assert "--address=10.0.0.11:6379" in worker and "--head" not in worker
+
+
+def test_container_ray_backend(tmp_path):
+    units = _render(tmp_path, {"vllm_serve_runtime": "container", "vllm_serve_image": IMAGE,
+                               "ray_cluster_runtime": "container", "ray_cluster_image": IMAGE,
+                               "vllm_serve_multinode_backend": "ray"})
+    argv = _exec_start(units["a-vllm.service"])
+    assert argv[:3] == ["/usr/bin/podman", "run", "--rm"]
+    image_at = argv.index(IMAGE)
+    assert argv[image_at - 1] == "--entrypoint=vllm" and argv[image_at + 1:image_at + 3] == ["serve", BASE["vllm_serve_model_path"]]
+    assert "--device=nvidia.com/gpu=all" in argv and "--network=host" in argv
+    assert "--volume=%s:%s:ro" % ((BASE["vllm_serve_model_path"],) * 2) in argv
+    assert "--volume=/var/lib/ray:/var/lib/ray" in argv
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    assert "--env-file=/etc/vllm/r0.env" in argv and "k" * 20 not in units["a-vllm.service"]
+    # With Ray only the first host runs vLLM; the second lends its GPUs through its Ray worker.
+    head = _exec_start(units["a-ray.service"])
+    assert head[:2] == ["/usr/bin/podman", "run"] and head[head.index(IMAGE) - 1] == "--entrypoint=ray"
+    assert head[head.index(IMAGE) + 1:head.index(IMAGE) + 3] == ["start", "--block"]
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.32.0", "vllm/vllm-openai@sha256:abc", ""])
+def test_container_mode_refuses_an_image_without_a_digest(tmp_path, image):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"vars": LOCAL, "hosts": {"a": {"ansible_host": "10.0.0.11"}}}}))
+    variables = dict(BASE, vllm_serve_hosts=["a"], vllm_serve_runtime="container", vllm_serve_image=image)
+    cmd = [shutil.which("ansible"), "a", "-i", str(inventory), "-c", "local", "-m", "ansible.builtin.include_role",
+           "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=preflight.yml", "-e", json.dumps(variables)]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0
+    assert "name@sha256:<64 hex>" in run.stdout + run.stderr
