@@ -44,7 +44,9 @@ def installed(tmp_path_factory):
     assert "roles/preflight/meta/argument_specs.yml" in names
     assert not [name for name in names if name.startswith(("tests/", ".ci/", "requirements/", ".venv"))]
     collections = root / "collections"
-    _run(["ansible-galaxy", "collection", "install", "-p", str(collections), tarball[0]], env)
+    # Only the private path counts: a copy elsewhere (e.g. ~/.ansible) must not turn this into a no-op.
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
+    _run(["ansible-galaxy", "collection", "install", "--force", "-p", str(collections), tarball[0]], env)
     assert (collections / "ansible_collections" / "llmserve" / "vllm_cluster" / "MANIFEST.json").exists()
     return collections
 
