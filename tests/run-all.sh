@@ -4,7 +4,7 @@
 # Every stage runs even when an earlier one fails; the last line sums them up.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
+cd "$repo" || exit 1
 # shellcheck source=scripts/venv.sh
 source scripts/venv.sh || { echo "venv setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export ANSIBLE_INJECT_FACT_VARS=false

@@ -5,6 +5,7 @@
 #   tests/sim/rig.sh up [N]   boot N hosts (default 3), write inventories/sim/hosts.yml
 #   tests/sim/rig.sh down     stop them (SIGTERM to each nspawn PID we started), remove all state
 #   tests/sim/rig.sh status   list hosts and whether their nspawn is alive
+# A host rebooted from inside (systemctl reboot, ansible.builtin.reboot) boots again, as a machine would.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 STATE=${LLMSERVE_SIM_STATE:-/run/llmserve-sim}
@@ -82,11 +83,26 @@ prepare_node() {  # prepare_node INDEX IMAGE: overlay root with its own identity
 }
 
 boot_node() {
-  local i=$1 dir="$STATE/nodes/node$1"
-  SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 setsid systemd-nspawn --quiet --boot --register=no --keep-unit --machine="node$i" \
-    --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" --bind-ro="$MODELS:/srv/model-import" \
-    --console=passive </dev/null >"$dir/console.log" 2>&1 &
-  echo $! >"$dir/pid"
+  local dir="$STATE/nodes/node$1"
+  rm -f "$dir/stopping"
+  setsid "$0" run-node "$1" </dev/null >/dev/null 2>&1 &
+  echo $! >"$dir/loop.pid"
+  # The loop writes nspawn's PID; wait for it so callers can watch the host.
+  for _ in $(seq 1 50); do [ -s "$dir/pid" ] && return 0; sleep 0.1; done
+  die "node$1: nspawn did not start"
+}
+
+run_node() {  # run_node INDEX: keep one host booted; a reboot inside it ends nspawn with status 133
+  local i=$1 dir="$STATE/nodes/node$1" rc
+  while :; do
+    SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 systemd-nspawn --quiet --boot --register=no --keep-unit --machine="node$i" \
+      --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" --bind-ro="$MODELS:/srv/model-import" \
+      --console=passive </dev/null >>"$dir/console.log" 2>&1 &
+    echo $! >"$dir/pid"
+    wait $! && rc=0 || rc=$?
+    [ "$rc" -eq 133 ] && [ ! -e "$dir/stopping" ] || exit "$rc"
+    echo "rig: node$i rebooted by its own systemd; booting it again" >>"$dir/console.log"
+  done
 }
 
 wait_ssh() {
@@ -161,18 +177,28 @@ up() {
 
 down() {
   [ -d "$STATE" ] || { log "nothing to take down"; return 0; }
-  local dir pid
+  local dir
   for dir in "$STATE"/nodes/*/; do
     [ -f "$dir/pid" ] || continue
-    pid=$(cat "$dir/pid")
+    touch "$dir/stopping"
     # SIGTERM makes nspawn shut the container's systemd down cleanly.
-    kill -TERM "$pid" 2>/dev/null || true
+    kill -TERM "$(cat "$dir/pid")" 2>/dev/null || true
   done
+  local watch
   for dir in "$STATE"/nodes/*/; do
     [ -f "$dir/pid" ] || continue
-    pid=$(cat "$dir/pid")
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && { log "nspawn $pid ignored SIGTERM for 30 s; killing it"; kill -KILL "$pid"; }
+    watch="$dir/loop.pid"
+    [ -f "$watch" ] || watch="$dir/pid"
+    for _ in $(seq 1 60); do
+      kill -0 "$(cat "$watch")" 2>/dev/null || break
+      # A host that was rebooting at that moment got a fresh nspawn: stop that one too.
+      kill -TERM "$(cat "$dir/pid")" 2>/dev/null || true
+      sleep 0.5
+    done
+    if kill -0 "$(cat "$watch")" 2>/dev/null; then
+      log "$(basename "$dir") ignored SIGTERM for 30 s; killing it"
+      kill -KILL "$(cat "$dir/pid")" "$(cat "$watch")" 2>/dev/null || true
+    fi
     mountpoint -q "$dir/root" && umount "$dir/root"
   done
   if [ -f "$STATE/wheelhouse.pid" ]; then kill -TERM "$(cat "$STATE/wheelhouse.pid")" 2>/dev/null || true; fi
@@ -194,5 +220,6 @@ case "${1:-}" in
   up) shift; up "$@" ;;
   down) down ;;
   status) status ;;
+  run-node) run_node "$2" ;;
   *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
 esac
