@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command one: a fresh Debian 12 machine to a running, load-balanced vLLM service on the
-# simulated 3-host cluster, then a chat completion through HAProxy and the endpoint.
+# simulated 3-host cluster, a chat completion through HAProxy, then the staged acceptance test;
+# prints the endpoint and where the acceptance report is.
 #   scripts/sim-deploy.sh          bring the rig up (if it is not), deploy, prove it
 #   tests/sim/rig.sh down          take it down again
 set -euo pipefail
@@ -22,6 +23,13 @@ printf 'Authorization: Bearer %s\n' "$key" | curl -sS --fail-with-body -m 60 -H 
   -d '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}' \
   "$endpoint/chat/completions"
 echo
-echo "=== deployed in $((SECONDS - start)) s"
+deployed=$((SECONDS - start))
+echo "=== deployed in $deployed s; now the staged acceptance test (playbooks/acceptance.yml)"
+accepted=0
+ansible-playbook playbooks/acceptance.yml -i inventories/sim || accepted=$?
+report=$(find "$repo/artifacts/acceptance" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -1)
+echo "=== deployed in $deployed s, accepted in $((SECONDS - start - deployed)) s"
 echo "endpoint: $endpoint (OpenAI-compatible; key: vllm_cluster_api_key in inventories/sim/group_vars/all.yml)"
 echo "record:   $record"
+echo "acceptance report: $report/report.html (report.json, report.md)"
+exit "$accepted"

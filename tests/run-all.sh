@@ -52,19 +52,27 @@ lint() {
 }
 
 molecule_sim() {
-  # The simulated 3-host cluster: create (rig up), converge (deploy.yml), idempotence, verify, destroy.
+  # The simulated 3-host cluster: create (rig up), converge (deploy.yml), idempotence, side_effect
+  # (acceptance.yml), verify; the rig stays up for the live tests, then goes.
   if [ "$(id -u)" -ne 0 ]; then echo "molecule sim needs root (nspawn, overlay mounts, the bridge)"; return 1; fi
-  molecule test -s sim
+  # --destroy never skips every destroy, the first one too: clear a previous run's state and rig here.
+  molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
+  molecule test -s sim --destroy never
 }
 
 stage "ansible-test sanity" sanity
 stage "ansible-lint production" lint
 
-echo "=== pytest"
-pytest -q --junitxml="$out/pytest.xml" tests/unit tests/integration
-rc=$?
-[ "$rc" -eq 5 ] && echo "pytest collected no tests: that is a failure here"
-read -r py_pass py_fail < <(python3 - "$out/pytest.xml" <<'PY'
+py_pass=0
+py_fail=0
+pytest_stage() {  # pytest_stage NAME JUNIT_FILE PYTEST_ARGS...: every test counts on its own.
+  local name=$1 junit=$2 rc counts passed failed
+  shift 2
+  echo "=== $name"
+  pytest -q --junitxml="$junit" "$@"
+  rc=$?
+  [ "$rc" -eq 5 ] && echo "pytest collected no tests: that is a failure here"
+  counts=$(python3 - "$junit" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
@@ -77,9 +85,18 @@ skipped = sum(int(s.get("skipped", 0)) for s in suites)
 print(tests - bad - skipped, bad if tests else 1)
 PY
 )
-[ "$rc" -ne 0 ] && [ "$py_fail" -eq 0 ] && py_fail=1
+  read -r passed failed <<<"$counts"
+  [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+  py_pass=$((py_pass + passed))
+  py_fail=$((py_fail + failed))
+  [ "$failed" -eq 0 ] || failed_stages+=("$name")
+}
 
-stage "molecule sim (deploy on 3 simulated hosts)" molecule_sim
+pytest_stage "pytest (unit, integration)" "$out/pytest.xml" tests/unit tests/integration
+
+stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated hosts)" molecule_sim
+pytest_stage "live tests (acceptance report, independent client)" "$out/pytest-live.xml" tests/live
+molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
 [ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"
 echo "$((py_pass + stage_pass)) passed, $((py_fail + stage_fail)) failed"

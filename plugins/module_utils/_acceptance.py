@@ -157,12 +157,14 @@ def _load_gates(stage, summary, slo, latency=True):
     return gates
 
 
-def _failure_gates(faults, replica_names):
+def _failure_gates(faults, replica_names, max_drop_s=None):
     gates = []
     for fault in faults or []:
         label = "%s %s" % (fault["kind"], fault["replica"])
-        gates.append(_gate("%s: load balancer dropped it" % label, "failure", bool(fault.get("dropped")), fault.get("drop_s"), None,
-                           "seconds from the fault to HAProxy marking it DOWN"))
+        drop_s = fault.get("drop_s")
+        gates.append(_gate("%s: load balancer dropped it" % label, "failure",
+                           bool(fault.get("dropped")) and (max_drop_s is None or (drop_s is not None and drop_s <= max_drop_s)),
+                           drop_s, max_drop_s, "seconds from the fault to HAProxy marking it DOWN"))
         gates.append(_gate("%s: back in rotation" % label, "failure", bool(fault.get("restored")), fault.get("restore_s"), None,
                            fault.get("recovery", "")))
         others = [name for name in replica_names if name != fault["replica"]]
@@ -260,7 +262,7 @@ def evaluate_gates(out, slo, replica_names):
             if step["passed"]:
                 gates.append(_gate("sweep c=%s error rate" % step["concurrency"], "sweep", step["error_rate"] <= slo["max_error_rate"],
                                    step["error_rate"], slo["max_error_rate"]))
-    gates += _failure_gates((out.get("failure") or {}).get("faults"), replica_names)
+    gates += _failure_gates((out.get("failure") or {}).get("faults"), replica_names, slo.get("max_drop_s"))
     gates += _restart_gates(out.get("restart"))
     return gates
 

@@ -34,7 +34,7 @@ options:
   slo:
     description:
       - Limits C(p95_ttft_ms), C(p95_itl_ms), C(max_error_rate), C(min_output_tokens_per_s_per_replica),
-        C(min_gpu_memory_headroom_pct).
+        C(min_gpu_memory_headroom_pct), and optionally C(max_drop_s) (failure stage).
     type: dict
     required: true
   cluster:
@@ -177,7 +177,7 @@ def main():
     if missing:
         module.fail_json(msg="slo lacks %s: set the acceptance_slo_* variables" % ", ".join(missing))
     try:
-        slo = {key: float(slo[key]) for key in SLO_KEYS}
+        slo = {key: float(value) for key, value in slo.items() if key in SLO_KEYS + ("max_drop_s",)}
     except (TypeError, ValueError) as exc:
         module.fail_json(msg="every acceptance_slo_* value must be a number: %s" % exc)
     report = build_report(module.params["stages"], slo, module.params["cluster"], module.params["run_id"])

@@ -67,7 +67,7 @@ def _module(installed, tmp_path, name, args="", fixture_dir=None, with_smi=True)
     proc = _run(cmd, env, check=False)
     line = proc.stdout.strip().splitlines()[-1]
     status, _sep, payload = line.partition(" => ")
-    return "SUCCESS" in status, json.loads(payload)
+    return ("SUCCESS" in status or "CHANGED" in status), json.loads(payload)
 
 
 def _as_fixture_dir(tmp_path, capture):
@@ -173,3 +173,34 @@ def test_planner_filters_in_a_playbook(installed, tmp_path):
     proc = _playbook(installed, str(playbook), "localhost,", "-c", "local")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failed=0" in proc.stdout
+
+
+def _bench_step(concurrency, p95_ttft):
+    bench = {"completed": 8, "failed": 0, "duration": 4.0, "output_throughput": 40.0 * concurrency, "request_throughput": 2.0,
+             "median_ttft_ms": p95_ttft / 2, "p95_ttft_ms": p95_ttft, "p99_ttft_ms": p95_ttft, "median_itl_ms": 5.0,
+             "p95_itl_ms": 9.0, "p95_tpot_ms": 8.0, "p95_e2el_ms": 500.0}
+    return {"name": "c%d" % concurrency, "concurrency": concurrency, "input_len": 64, "output_len": 16, "num_prompts": 8,
+            "returncode": 0, "bench": bench, "metrics": {}}
+
+
+def test_acceptance_report_module_writes_json_markdown_html_and_plots(installed, tmp_path):
+    run_dir = tmp_path / "acceptance" / "RUN"
+    stages = {"sweep": {"cluster": {"target": "lb", "steps": [_bench_step(1, 100.0), _bench_step(2, 300.0), _bench_step(4, 900.0)]},
+                        "gpu_memory": {"node1": []}},
+              "cold_load": {"replicas": {"r0": {"ready": True, "seconds": 42.0}}}}
+    slo = {"p95_ttft_ms": 500, "p95_itl_ms": 50, "max_error_rate": 0.01, "min_output_tokens_per_s_per_replica": 10,
+           "min_gpu_memory_headroom_pct": 5}
+    args = json.dumps({"run_dir": str(run_dir), "run_id": "RUN", "stages": stages, "slo": slo,
+                       "cluster": {"replicas": [{"name": "r0"}], "model": "m"}})
+    ok, result = _module(installed, tmp_path, "acceptance_report", args=args, with_smi=False)
+    assert ok, result
+    assert result["verdict"] == "pass" and result["knee_concurrency"] == 2
+    assert result["stage_verdicts"]["sweep"] == "pass" and result["stage_verdicts"]["failure"] == "not run"
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["stages"]["sweep"]["broken_at"] == 4 and report["plots"]
+    for name in ("report.md", "report.html", "ttft_vs_concurrency.png", "throughput_vs_concurrency.png"):
+        assert (run_dir / name).stat().st_size > 200, name
+    assert (run_dir / "ttft_vs_concurrency.png").read_bytes()[:4] == b"\x89PNG"
+    bad_slo = json.dumps({"run_dir": str(run_dir), "run_id": "x", "stages": {}, "slo": {"p95_ttft_ms": 1}})
+    ok, result = _module(installed, tmp_path, "acceptance_report", args=bad_slo)
+    assert not ok and "acceptance_slo_*" in result["msg"]

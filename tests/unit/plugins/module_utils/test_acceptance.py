@@ -92,3 +92,11 @@ def test_renderings_carry_the_verdict_tables_and_plots():
     assert "## sweep (cluster), knee at concurrency 1" in markdown and "![TTFT vs concurrency](ttft.png)" in markdown
     page = a.render_html(report, {"TTFT vs concurrency": "ttft.png"})
     assert "<img src='ttft.png'" in page and "failure under load" in page
+
+
+def test_a_slow_drop_fails_the_failure_gate():
+    stages = _stages()
+    stages["failure"]["faults"][0]["drop_s"] = 90.0
+    report = a.build_report(stages, dict(SLO, max_drop_s=60.0), {"replicas": [{"name": "r0"}, {"name": "r1"}]}, "x")
+    gate = [g for g in report["gates"] if g["name"] == "kill r1: load balancer dropped it"][0]
+    assert gate["passed"] is False and gate["limit"] == 60.0 and report["stage_verdicts"]["failure"] == "fail"
