@@ -117,13 +117,26 @@ def _series(sweep, pick):
     return [x for x, _y in points], [y for _x, y in points]
 
 
+def _save(figure, axis, knee, ylabel, path):
+    """Knee line, log-2 concurrency axis, labels and legend; write the PNG."""
+    if knee:
+        axis.axvline(knee, color="green", linestyle=":", label="knee (c=%s)" % knee)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("concurrency")
+    axis.set_ylabel(ylabel)
+    axis.legend(fontsize=8)
+    axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
 def plot_sweep(report, run_dir):
     """TTFT p50/p95 and throughput against concurrency, with the limit line and the knee."""
-    plots = {}
     sweeps = [(label, sweep) for label, sweep in (("cluster", report["stages"].get("sweep")),
                                                   ("baseline", report["baseline"].get("sweep"))) if sweep and sweep["ladder"]]
     if not sweeps or pyplot is None:
-        return plots
+        return {}
     knee = report["stages"].get("sweep", {}).get("knee_concurrency")
     figure, axis = pyplot.subplots(figsize=(7, 4))
     for label, sweep in sweeps:
@@ -131,34 +144,14 @@ def plot_sweep(report, run_dir):
             xs, ys = _series(sweep, lambda step, p=percentile: step["ttft_ms"][p])
             axis.plot(xs, ys, style, label="%s TTFT %s" % (label, percentile))
     axis.axhline(report["slo"]["p95_ttft_ms"], color="red", linestyle=":", label="p95 TTFT limit")
-    if knee:
-        axis.axvline(knee, color="green", linestyle=":", label="knee (c=%s)" % knee)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("concurrency")
-    axis.set_ylabel("TTFT (ms)")
-    axis.legend(fontsize=8)
-    axis.grid(True, alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(os.path.join(run_dir, "ttft_vs_concurrency.png"), dpi=100)
-    pyplot.close(figure)
-    plots["TTFT vs concurrency"] = "ttft_vs_concurrency.png"
+    _save(figure, axis, knee, "TTFT (ms)", os.path.join(run_dir, "ttft_vs_concurrency.png"))
 
     figure, axis = pyplot.subplots(figsize=(7, 4))
     for label, sweep in sweeps:
         xs, ys = _series(sweep, lambda step: step["output_tokens_per_s"])
         axis.plot(xs, ys, "o-", label="%s output tok/s" % label)
-    if knee:
-        axis.axvline(knee, color="green", linestyle=":", label="knee (c=%s)" % knee)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("concurrency")
-    axis.set_ylabel("output tokens/s")
-    axis.legend(fontsize=8)
-    axis.grid(True, alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(os.path.join(run_dir, "throughput_vs_concurrency.png"), dpi=100)
-    pyplot.close(figure)
-    plots["throughput vs concurrency"] = "throughput_vs_concurrency.png"
-    return plots
+    _save(figure, axis, knee, "output tokens/s", os.path.join(run_dir, "throughput_vs_concurrency.png"))
+    return {"TTFT vs concurrency": "ttft_vs_concurrency.png", "throughput vs concurrency": "throughput_vs_concurrency.png"}
 
 
 def main():
