@@ -22,6 +22,9 @@ from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner imp
 )
 
 _MIB = 1024 * 1024
+WORKLOAD_KEYS = ("max_model_len", "concurrency", "prompt_tokens", "output_tokens", "cache_dtype")
+REPLICA_KEYS = ("name", "hosts", "tensor_parallel_size", "pipeline_parallel_size", "port")
+DEFAULT_PORT = 8000
 _DECLARED = "vllm_cluster_node_gpus"
 
 
@@ -98,12 +101,31 @@ def replica_gpu_usage(replicas):
     return usage
 
 
-def check_replica_layout(replicas, nodes):
+def _gpu_fit_errors(index, replica, nodes):
+    """One replica against its own hosts' GPU counts, before replicas sharing a host are added up."""
+    label = "vllm_cluster_replicas[%d] (%s)" % (index, replica["name"])
+    tp, pp, hosts = replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["hosts"]
+    if not all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (tp, pp)):
+        return ["%s: tensor_parallel_size and pipeline_parallel_size must be positive integers, got %r and %r" % (
+            label, tp, pp)]
+    smallest = min(hosts, key=lambda host: nodes[host]["gpu_count"])
+    have = nodes[smallest]["gpu_count"]
+    if tp > have:
+        return ["%s.tensor_parallel_size=%d is larger than the %d GPU(s) of %s: a TP group never crosses nodes; use "
+                "tensor_parallel_size<=%d and pipeline stages across nodes" % (label, tp, have, smallest, have)]
+    if len(hosts) == 1 and tp * pp > have:
+        return ["%s: tp*pp=%d GPU workers but %s has %d GPU(s); lower pipeline_parallel_size or tensor_parallel_size, "
+                "or list one host per pipeline stage" % (label, tp * pp, smallest, have)]
+    return []
+
+
+def check_replica_layout(replicas, nodes, reserved_ports=None):
     """Structural checks over all replicas; returns error strings naming vllm_cluster_replicas."""
     errors = []
     seen = set()
     for index, replica in enumerate(replicas):
         label = replica.get("name") or "#%d" % index
+        errors.extend(_unknown_keys("vllm_cluster_replicas[%d] (%s)" % (index, label), replica, REPLICA_KEYS))
         for key in ("name", "hosts", "tensor_parallel_size", "pipeline_parallel_size"):
             if key not in replica:
                 errors.append("vllm_cluster_replicas[%d] (%s) lacks %s" % (index, label, key))
@@ -122,12 +144,40 @@ def check_replica_layout(replicas, nodes):
                               index, label, pp, len(hosts)))
     if errors:
         return errors
+    for index, replica in enumerate(replicas):
+        errors.extend(_gpu_fit_errors(index, replica, nodes))
+    if errors:
+        return errors
+    errors.extend(check_ports(replicas, reserved_ports))
     for host, uses in sorted(replica_gpu_usage(replicas).items()):
         need = sum(gpus for _name, gpus in uses)
         have = nodes[host]["gpu_count"]
         if need > have:
             errors.append("host %s has %d GPUs but replicas %s need %d there; lower tensor_parallel_size or move a replica "
                           "in vllm_cluster_replicas" % (host, have, ", ".join(name for name, _gpus in uses), need))
+    return errors
+
+
+def check_ports(replicas, reserved=None):
+    """Two servers cannot listen on one host and port: replicas sharing their API host, or a replica on a
+    port another service there holds. ``reserved`` maps host -> {port: what holds it}."""
+    errors, taken = [], {}
+    for host, ports in (reserved or {}).items():
+        for port, owner in ports.items():
+            taken[(host, int(port))] = owner
+    for index, replica in enumerate(replicas):
+        port = replica.get("port", DEFAULT_PORT)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            errors.append("vllm_cluster_replicas[%d] (%s).port must be an integer port, got %r" % (
+                index, replica.get("name"), port))
+            continue
+        host = replica["hosts"][0]
+        owner = taken.get((host, port))
+        if owner:
+            errors.append("vllm_cluster_replicas[%d] (%s): port %d on %s is already taken by %s; give each replica on a "
+                          "host its own port (vllm_cluster_replicas[%d].port)" % (
+                              index, replica["name"], port, host, owner, index))
+        taken[(host, port)] = "replica %s" % replica["name"]
     return errors
 
 
@@ -148,8 +198,16 @@ def _load_shape(model):
     return model_shape_from_config(config, params=model.get("params"))
 
 
+def _unknown_keys(label, given, known):
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return []
+    return ["%s has unknown key(s) %s (a typo is silently ignored otherwise); known: %s" % (
+        label, ", ".join(unknown), ", ".join(known))]
+
+
 def _check_workload(workload, shape):
-    errors = []
+    errors = _unknown_keys("vllm_cluster_workload", workload, WORKLOAD_KEYS)
     for key in ("max_model_len", "concurrency"):
         value = workload.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -209,7 +267,7 @@ def plan_cluster(params):
         result["warnings_found"].append("no recommendation: %s" % exc)
 
     replicas = params["replicas"] or _replicas_from_recommendation(result["recommendation"])
-    layout_errors = check_replica_layout(replicas, nodes)
+    layout_errors = check_replica_layout(replicas, nodes, params.get("reserved_ports"))
     if layout_errors:
         return result, layout_errors
 

@@ -54,6 +54,12 @@ options:
     description: Name of the inventory group the nodes came from, for error messages.
     type: str
     default: vllm_nodes
+  reserved_ports:
+    description:
+      - Ports other services hold, as a dict of host name to a dict of port to what holds it (the load
+        balancer's port, for instance); a replica listening on one of them is an error.
+    type: dict
+    default: {}
   planner_options:
     description:
       - Planner knobs passed through, e.g. C(gpu_memory_utilization), C(margin_fraction), C(max_pp).
@@ -121,6 +127,7 @@ def main():
             replicas=dict(type="list", elements="dict", default=[]),
             node_group=dict(type="str", default="vllm_nodes"),
             planner_options=dict(type="dict", default={}),
+            reserved_ports=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )

@@ -221,5 +221,9 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   run-node) run_node "$2" ;;
-  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+  # Boot one host again after it powered off (the fault tests stop whole hosts).
+  start-node)
+    kill -0 "$(cat "$STATE/nodes/node$2/loop.pid" 2>/dev/null)" 2>/dev/null && die "node$2 is running"
+    boot_node "$2" && wait_ssh "$2" ;;
+  *) echo "usage: $0 up [N] | down | status | start-node INDEX" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._cluster import (
+    _check_workload,
     check_replica_layout,
     replica_gpu_usage,
     resolve_node,
@@ -79,8 +80,8 @@ def test_gpu_usage_counts_pp_inside_one_host():
 
 def test_layout_ok():
     replicas = [{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1},
-                {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1}]
-    assert check_replica_layout(replicas, _nodes(n1=8)) == []
+                {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1, "port": 8001}]
+    assert check_replica_layout(replicas, _nodes(n1=8), {"n1": {"8080": "HAProxy"}}) == []
 
 
 @pytest.mark.parametrize("replicas, expected", [
@@ -97,6 +98,36 @@ def test_layout_ok():
       {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1}],
      "host n1 has 8 GPUs but replicas a, b need 12 there; lower tensor_parallel_size or move a replica in "
      "vllm_cluster_replicas"),
+    ([{"name": "a", "hosts": ["n1", "n3"], "tensor_parallel_size": 4, "pipeline_parallel_size": 2}],
+     "vllm_cluster_replicas[0] (a).tensor_parallel_size=4 is larger than the 2 GPU(s) of n3: a TP group never crosses "
+     "nodes; use tensor_parallel_size<=2 and pipeline stages across nodes"),
+    ([{"name": "a", "hosts": ["n3"], "tensor_parallel_size": 2, "pipeline_parallel_size": 2}],
+     "vllm_cluster_replicas[0] (a): tp*pp=4 GPU workers but n3 has 2 GPU(s); lower pipeline_parallel_size or "
+     "tensor_parallel_size, or list one host per pipeline stage"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "gpus": [0]}],
+     "vllm_cluster_replicas[0] (a) has unknown key(s) gpus (a typo is silently ignored otherwise); known: name, hosts, "
+     "tensor_parallel_size, pipeline_parallel_size, port"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1},
+      {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1}],
+     "vllm_cluster_replicas[1] (b): port 8000 on n1 is already taken by replica a; give each replica on a host its own "
+     "port (vllm_cluster_replicas[1].port)"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": "http"}],
+     "vllm_cluster_replicas[0] (a).port must be an integer port, got 'http'"),
 ])
 def test_layout_errors(replicas, expected):
-    assert expected in check_replica_layout(replicas, _nodes(n1=8, n2=8))
+    assert expected in check_replica_layout(replicas, _nodes(n1=8, n2=8, n3=2))
+
+
+def test_replica_on_a_reserved_port():
+    replicas = [{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": 8080}]
+    assert check_replica_layout(replicas, _nodes(n1=8), {"n1": {"8080": "HAProxy (loadbalancer_port)"}}) == [
+        "vllm_cluster_replicas[0] (a): port 8080 on n1 is already taken by HAProxy (loadbalancer_port); give each "
+        "replica on a host its own port (vllm_cluster_replicas[0].port)"]
+
+
+def test_workload_typo_is_named():
+    shape = {"max_model_len": 2048}
+    assert _check_workload({"max_model_len": 1024, "concurrency": 4, "max_num_seq": 8}, shape) == [
+        "vllm_cluster_workload has unknown key(s) max_num_seq (a typo is silently ignored otherwise); known: max_model_len, "
+        "concurrency, prompt_tokens, output_tokens, cache_dtype"]
+    assert _check_workload({"max_model_len": 1024, "concurrency": 4, "cache_dtype": "fp8"}, shape) == []

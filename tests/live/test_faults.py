@@ -1,0 +1,168 @@
+"""Faults on the live simulated cluster, each bounded and self-healing, under a steady client load.
+
+For each fault: the cluster recovers by itself (systemd restarts, Ray rejoins, HAProxy drops and re-adds the
+replica), the recovery time is measured, and no request is lost except those in flight at the fault: every
+request that started after it must succeed (HAProxy redispatches it to the healthy replica).
+Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the rig is up and deployed.
+"""
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from sim_hosts import REPO, address, load_inventory, ssh
+
+HOSTS, GROUP_VARS = load_inventory()
+NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
+LB = sorted(HOSTS["all"]["children"]["vllm_loadbalancers"]["hosts"])[0]
+RESULTS = os.path.join(REPO, "artifacts", "reliability", "faults")
+RECOVERY_LIMIT_S = 600
+MEMBERS = os.path.join(REPO, "roles", "ray_cluster", "files", "ray_members.py")
+
+
+class SteadyClient:
+    """Two workers sending short completions through HAProxy back to back; every request is recorded."""
+
+    def __init__(self, workers=2):
+        self.url = "http://%s:8080/v1/completions" % address(LB)
+        self.body = json.dumps({"model": GROUP_VARS["vllm_cluster_model"]["served_name"], "prompt": "hello",
+                                "max_tokens": 8}).encode()
+        self.headers = {"Authorization": "Bearer " + GROUP_VARS["vllm_cluster_api_key"],
+                        "Content-Type": "application/json"}
+        self.records, self.stop = [], threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for worker in range(workers)]
+
+    def _run(self):
+        while not self.stop.is_set():
+            start, error = time.monotonic(), None
+            try:
+                urllib.request.urlopen(urllib.request.Request(self.url, self.body, self.headers), timeout=120).read()
+            except (urllib.error.URLError, OSError) as exc:
+                error = str(exc)[:200]
+                time.sleep(0.5)
+            self.records.append({"start": start, "end": time.monotonic(), "error": error})
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        time.sleep(3)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(150)
+
+    def account(self, fault):
+        """Requests, failures, those in flight at the fault, and failures that started after it (lost).
+
+        ``fault`` is (before, after): the fault command was sent at ``before`` and had returned at ``after``."""
+        before, after = fault
+        in_flight = [r for r in self.records if r["start"] <= after and r["end"] >= before]
+        failed = [r for r in self.records if r["error"]]
+        lost = [r for r in failed if r["start"] > after]
+        return {"requests": len(self.records), "failed": len(failed), "in_flight_at_fault": len(in_flight),
+                "failed_after_fault": len(lost), "errors": sorted({r["error"] for r in failed})[:5],
+                "failures_started_s_after_fault": [round(r["start"] - after, 2) for r in failed]}
+
+
+def _haproxy_status(replica):
+    csv = ssh(LB, "curl -s 'http://127.0.0.1:8404/stats;csv'").stdout
+    for line in csv.splitlines():
+        fields = line.split(",")
+        if len(fields) > 17 and fields[0] == "vllm_replicas" and fields[1] == replica:
+            return fields[17]
+    return "missing"
+
+
+def _ray_alive():
+    run = ssh(NODES[0], "/opt/vllm/current/bin/python - 127.0.0.1:8265", stdin=open(MEMBERS).read(), check=False)
+    return json.loads(run.stdout)["alive"] if run.returncode == 0 else []
+
+
+def _wait(what, predicate, since, limit=RECOVERY_LIMIT_S, step=1.0):
+    while time.monotonic() - since < limit:
+        if predicate():
+            return round(time.monotonic() - since, 1)
+        time.sleep(step)
+    pytest.fail("%s did not happen within %d s" % (what, limit))
+
+
+def _record(name, result):
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "%s.json" % name), "w") as handle:
+        json.dump(result, handle, indent=1)
+    print("\n%s: %s" % (name, json.dumps(result)))
+
+
+def _pid(host, unit):
+    return int(ssh(host, "systemctl show --property MainPID --value %s" % unit).stdout.strip())
+
+
+@pytest.fixture(autouse=True)
+def healthy_before():
+    """Every fault starts from a whole cluster: both replicas in rotation, every node in Ray."""
+    since = time.monotonic()
+    _wait("both replicas UP", lambda: all(_haproxy_status(r) == "UP" for r in ("r0", "r1")), since)
+    _wait("every node in Ray", lambda: len(_ray_alive()) == len(NODES), since)
+
+
+def test_sigkill_vllm_replica():
+    host = NODES[-1]
+    with SteadyClient() as client:
+        pid = _pid(host, "vllm-r1.service")
+        fault_at = time.monotonic()
+        ssh(host, "kill -KILL %d" % pid)
+        fault = (fault_at, time.monotonic())
+        dropped = _wait("HAProxy drops r1", lambda: _haproxy_status("r1") != "UP", fault_at, step=0.25)
+        back = _wait("r1 back in rotation", lambda: _haproxy_status("r1") == "UP", fault_at)
+        time.sleep(3)
+    result = dict(fault="SIGKILL vLLM (vllm-r1 main process on %s)" % host, dropped_s=dropped, recovery_s=back,
+                  recovered=True, **client.account(fault))
+    _record("sigkill_vllm", result)
+    assert _pid(host, "vllm-r1.service") not in (0, pid), "systemd did not start a new vLLM"
+    assert result["failed_after_fault"] == 0, result
+
+
+def test_sigkill_ray_worker():
+    host = NODES[-1]
+    with SteadyClient() as client:
+        raylet = int(ssh(host, "pgrep -x raylet").stdout.split()[0])
+        fault_at = time.monotonic()
+        ssh(host, "kill -KILL %d" % raylet)
+        fault = (fault_at, time.monotonic())
+        gone = _wait("Ray loses %s" % host, lambda: address(host) not in _ray_alive(), fault_at, step=0.5)
+        back = _wait("%s rejoins Ray" % host, lambda: len(_ray_alive()) == len(NODES), fault_at)
+    result = dict(fault="SIGKILL the raylet of Ray worker %s" % host, dropped_s=gone, recovery_s=back, recovered=True,
+                  **client.account(fault))
+    _record("sigkill_ray_worker", result)
+    # Ray is not in the serving path of an mp replica: no request may fail at all.
+    assert result["failed"] == 0, result
+
+
+def test_stop_and_start_whole_host():
+    host = NODES[-1]
+    index = host.replace("node", "")
+    with SteadyClient() as client:
+        fault_at = time.monotonic()
+        # poweroff -ff: no clean shutdown, the host is simply gone (its units never stop).
+        ssh(host, "systemctl poweroff --force --force", check=False, timeout=30)
+        fault = (fault_at, time.monotonic())
+        dropped = _wait("HAProxy drops r1", lambda: _haproxy_status("r1") != "UP", fault_at, step=0.25)
+        time.sleep(5)
+        started = time.monotonic()
+        subprocess.run([os.path.join(REPO, "tests", "sim", "rig.sh"), "start-node", index], check=True, timeout=180,
+                       capture_output=True)
+        ssh_s = round(time.monotonic() - started, 1)
+        back = _wait("r1 back in rotation", lambda: _haproxy_status("r1") == "UP", started)
+        ray = _wait("%s back in Ray" % host, lambda: len(_ray_alive()) == len(NODES), started)
+    result = dict(fault="stop whole host %s (poweroff -ff), then boot it" % host, dropped_s=dropped, ssh_s=ssh_s,
+                  recovery_s=back, ray_rejoin_s=ray, recovered=True, **client.account(fault))
+    _record("stop_start_host", result)
+    assert result["failed_after_fault"] == 0, result

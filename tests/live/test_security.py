@@ -1,0 +1,169 @@
+"""Nothing is reachable that should not be, and the API key is nowhere it should not be.
+
+A host outside the cluster network (a network namespace on the rig's bridge, with an address that is no
+node's) tries every TCP port every node listens on: only SSH and the load balancer's port may answer. The
+load balancer refuses vLLM's unauthenticated paths, /v1 answers 401 without the key. The key is searched
+for in every process's command line, the journal, world-readable files and Ansible's own output.
+Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the rig is up and deployed.
+"""
+
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from sim_hosts import REPO, address, ansible_env, load_inventory, playbook_argv, recap, ssh
+
+HOSTS, GROUP_VARS = load_inventory()
+NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
+LB = sorted(HOSTS["all"]["children"]["vllm_loadbalancers"]["hosts"])[0]
+KEY = GROUP_VARS["vllm_cluster_api_key"]
+NETNS = "llmserve-outside"
+RESULTS = os.path.join(REPO, "artifacts", "security")
+# The bridge's first address is the controller; nodes are .11 and up; this one is no node's.
+OUTSIDE_ADDRESS = address(NODES[0]).rsplit(".", 1)[0] + ".200"
+
+# The key reaches the search as a pattern file written from stdin: on grep's command line it would be found.
+PATTERN = "pat=$(mktemp); cat > $pat; "
+
+PROBE = textwrap.dedent("""
+    import json, socket, sys, concurrent.futures
+    def reach(target):
+        host, port = target
+        try:
+            socket.create_connection((host, port), timeout=1.5).close()
+            return True
+        except OSError:
+            return False
+    targets = [tuple(t) for t in json.load(sys.stdin)]
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        print(json.dumps([list(t) + [ok] for t, ok in zip(targets, pool.map(reach, targets))]))
+""")
+
+HTTP = textwrap.dedent("""
+    import json, sys, urllib.request, urllib.error
+    base, key = sys.stdin.read().split()
+    out = {}
+    for path, auth in (("/metrics", False), ("/health", False), ("/v1/models", False), ("/v1/models", True)):
+        request = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + key} if auth else {})
+        try:
+            out[path + (" with key" if auth else "")] = urllib.request.urlopen(request, timeout=10).status
+        except urllib.error.HTTPError as error:
+            out[path + (" with key" if auth else "")] = error.code
+    print(json.dumps(out))
+""")
+
+
+def _save(name, data):
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, name), "w") as handle:
+        json.dump(data, handle, indent=1)
+
+
+@pytest.fixture(scope="module")
+def outside():
+    """A host on the cluster's bridge but outside the cluster network; removed afterwards."""
+    bridge = subprocess.run(["ip", "-o", "route", "get", address(NODES[0])], capture_output=True, text=True,
+                            check=True).stdout.split(" dev ")[1].split()[0]
+    subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True, check=False)
+    steps = [["ip", "netns", "add", NETNS],
+             ["ip", "link", "add", "llmout0", "type", "veth", "peer", "name", "llmout1"],
+             ["ip", "link", "set", "llmout1", "netns", NETNS],
+             ["ip", "link", "set", "llmout0", "master", bridge, "up"],
+             ["ip", "-n", NETNS, "addr", "add", OUTSIDE_ADDRESS + "/24", "dev", "llmout1"],
+             ["ip", "-n", NETNS, "link", "set", "llmout1", "up"],
+             ["ip", "-n", NETNS, "link", "set", "lo", "up"]]
+    try:
+        for step in steps:
+            subprocess.run(step, capture_output=True, text=True, check=True)
+        yield lambda script, stdin: subprocess.run(
+            ["ip", "netns", "exec", NETNS, "python3", "-c", script], input=stdin, capture_output=True, text=True,
+            timeout=120, check=True).stdout
+    finally:
+        subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "delete", "llmout0"], capture_output=True, check=False)
+
+
+def _listening(host):
+    """(port, process) of every TCP socket a node listens on beyond loopback."""
+    lines = ssh(host, "ss -Hltnp").stdout.splitlines()
+    found = set()
+    for line in lines:
+        fields = line.split()
+        local, process = fields[3], (fields[5] if len(fields) > 5 else "")
+        bind, port = local.rsplit(":", 1)
+        if bind.strip("[]") in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+            continue
+        found.add((int(port), process.split('"')[1] if '"' in process else "?"))
+    return sorted(found)
+
+
+def test_only_ssh_and_the_load_balancer_answer_outside_the_cluster(outside):
+    allowed = {(host, 22) for host in NODES} | {(LB, 8080)}
+    listening = {host: _listening(host) for host in NODES}
+    targets = [[address(host), port] for host in NODES for port, _name in listening[host]]
+    reached = json.loads(outside(PROBE, json.dumps(targets)))
+    by_address = {address(host): host for host in NODES}
+    open_ports = {(by_address[target], port) for target, port, ok in reached if ok}
+    exposures = sorted(open_ports - allowed)
+    names = {(host, port): name for host in NODES for port, name in listening[host]}
+    _save("exposure.json", {"outside_address": OUTSIDE_ADDRESS, "ports_tried": len(targets),
+                            "reachable": sorted(open_ports), "exposures": [[h, p, names[(h, p)]] for h, p in exposures]})
+    print("\nports tried from outside the cluster network: %d, reachable: %s, exposures: %d" % (
+        len(targets), sorted(open_ports), len(exposures)))
+    # Ray's GCS and vLLM's API must be among what was tried, or the scan proves nothing.
+    head_ports = [port for port, _name in listening[NODES[0]]]
+    assert 6379 in head_ports and 8000 in head_ports, head_ports
+    assert open_ports >= allowed, "SSH or the load balancer is not reachable from outside: %s" % sorted(open_ports)
+    assert exposures == [], ["%s:%d (%s)" % (h, p, names[(h, p)]) for h, p in exposures]
+
+
+def test_cluster_ports_still_answer_inside_the_cluster():
+    # From another node: Ray's GCS on the head and the replica's API must stay reachable.
+    head = address(NODES[0])
+    run = ssh(NODES[-1], "python3 -c 'import socket; [socket.create_connection((\"%s\", p), timeout=3).close() "
+                         "for p in (6379, 8000)]'" % head, check=False)
+    assert run.returncode == 0, run.stderr
+
+
+def test_load_balancer_refuses_unauthenticated_paths(outside):
+    codes = json.loads(outside(HTTP, "http://%s:8080 %s" % (address(LB), KEY)))
+    _save("load-balancer-paths.json", codes)
+    assert codes == {"/metrics": 403, "/health": 403, "/v1/models": 401, "/v1/models with key": 200}
+
+
+def test_api_key_not_on_any_command_line_or_in_the_journal():
+    for host in NODES:
+        search = PATTERN + ("grep -l -F -f $pat /proc/[0-9]*/cmdline 2>/dev/null | wc -l; "
+                            "journalctl --no-pager -q | grep -c -F -f $pat; rm -f $pat")
+        found = ssh(host, search, stdin=KEY + "\n", check=False).stdout.split()
+        assert found == ["0", "0"], "%s: key in %s command lines, %s journal lines" % (host, found[0], found[1])
+
+
+def test_api_key_only_in_root_only_files():
+    for host in NODES:
+        search = PATTERN + ("grep -rl -F -f $pat /etc /opt/vllm/current/bin /var/lib/vllm /var/lib/ray 2>/dev/null "
+                            "| xargs -r stat -c '%n %a %U'; rm -f $pat")
+        run = ssh(host, search, stdin=KEY + "\n", check=False)
+        files = [line.split() for line in run.stdout.splitlines()]
+        assert files, "%s: the key is in no file at all (the replica cannot have it)" % host
+        assert all(mode == "600" and owner == "root" for _name, mode, owner in files), files
+
+
+def test_services_run_unprivileged():
+    for host in NODES:
+        owners = ssh(host, "ps -eo user:20,args | grep -E 'vllm serve|VLLM::|raylet|gcs_server' | grep -v grep "
+                           "| awk '{print $1}' | sort -u").stdout.split()
+        assert owners and "root" not in owners, "%s runs cluster processes as %s" % (host, owners)
+
+
+def test_check_diff_run_leaks_no_secret_and_changes_nothing():
+    run = subprocess.run(playbook_argv("playbooks/deploy.yml", os.path.join(REPO, "inventories", "sim"), "--check",
+                                       "--diff", "-v"),
+                         cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=900, check=False)
+    counts = recap(run.stdout)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert KEY not in run.stdout + run.stderr, "the API key is in deploy.yml --check --diff -v output"
+    assert counts and not any(count["changed"] for count in counts.values()), counts
