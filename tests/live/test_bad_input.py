@@ -105,6 +105,13 @@ CASES = {
     "model_revision_not_a_sha": (
         "a branch name as the model revision", model(revision="main"), {}, {}, {},
         ["model_cache_revision must be a 40-hex commit sha", "got 'main'"]),
+    "model_files_missing_on_a_node": (
+        "node3 lost the shared cache (an empty filesystem over it)", {}, {}, {},
+        {"node3": ("mount -t tmpfs -o size=1m tmpfs /srv/vllm-cache", "umount /srv/vllm-cache")},
+        ["node3: the snapshot is staged on node1 but", "model files missing on this node"]),
+    "manifest_not_the_pinned_one": (
+        "the staged manifest differs from the pinned digest", model(manifest_digest="0" * 64), {}, {}, {},
+        ["but model_cache_manifest_digest (vllm_cluster_model.manifest_digest) pins " + "0" * 64]),
     "model_does_not_fit": (
         "a KV cache for a million concurrent sequences", workload(concurrency=1000000), {}, {}, {},
         ["GiB per GPU", "GiB is usable", "vllm_cluster_workload.max_model_len/concurrency"]),
