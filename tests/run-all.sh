@@ -95,7 +95,7 @@ PY
 pytest_stage "pytest (unit, integration)" "$out/pytest.xml" tests/unit tests/integration
 
 stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated hosts)" molecule_sim
-pytest_stage "live tests (acceptance report, independent client)" "$out/pytest-live.xml" tests/live
+pytest_stage "live tests (acceptance report, bad input, faults, security, summary)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
 [ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"

@@ -167,3 +167,33 @@ def test_check_diff_run_leaks_no_secret_and_changes_nothing():
     assert run.returncode == 0, run.stdout[-3000:]
     assert KEY not in run.stdout + run.stderr, "the API key is in deploy.yml --check --diff -v output"
     assert counts and not any(count["changed"] for count in counts.values()), counts
+
+
+# Exposure limits a little above what the units measure on the rig (systemd-analyze security, 0 = locked
+# down, 10 = unconfined): vLLM and Ray 3.2 (they keep devices, JIT and NUMA syscalls), HAProxy 2.8, firewall 2.0.
+EXPOSURE_LIMITS = {"vllm-": 4.0, "ray-": 4.0, "haproxy": 4.0, "llmserve-firewall": 3.0}
+REQUIRED = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+            "CapabilityBoundingSet": ""}
+
+
+def test_units_hardened_per_systemd_analyze():
+    table = []
+    for host in NODES:
+        # The rig's image carries HAProxy on every host; it is the load balancer (and ours) only on LB.
+        patterns = "'vllm-*' 'ray-*' llmserve-firewall.service" + (" haproxy.service" if host == LB else "")
+        units = ssh(host, "systemctl list-units --no-legend --plain --type=service %s | awk '{print $1}'"
+                    % patterns).stdout.split()
+        for unit in units:
+            score = float(ssh(host, "systemd-analyze security --no-pager %s | tail -1" % unit).stdout
+                          .split(":")[1].split()[0])
+            limit = next(value for prefix, value in EXPOSURE_LIMITS.items() if unit.startswith(prefix))
+            table.append({"host": host, "unit": unit, "exposure": score, "limit": limit})
+            if unit.startswith(("vllm-", "ray-")):
+                shown = dict(line.split("=", 1) for line in ssh(host, "systemctl show -p User -p %s %s" % (
+                    " -p ".join(REQUIRED), unit)).stdout.splitlines())
+                assert {key: shown[key] for key in REQUIRED} == REQUIRED and shown["User"] not in ("", "root"), shown
+    _save("systemd-analyze.json", table)
+    print("\n" + "\n".join("%-6s %-28s exposure %.1f (limit %.1f)" % (row["host"], row["unit"], row["exposure"],
+                                                                       row["limit"]) for row in table))
+    assert {row["unit"].split("-")[0] for row in table} >= {"vllm", "ray", "haproxy.service", "llmserve"}
+    assert all(row["exposure"] <= row["limit"] for row in table), table

@@ -48,6 +48,10 @@ def test_reliability_and_security_summary():
     lines.append("exposures found from outside the cluster network: %s (ports tried %s, reachable %s)" % (
         len(exposure.get("exposures", [])) if exposure else "not measured", exposure.get("ports_tried"),
         exposure.get("reachable")))
+    units = _load("security/systemd-analyze.json")
+    if units:
+        lines.append("systemd-analyze security (exposure, 0 best .. 10 worst): " + ", ".join(
+            "%s %s %.1f" % (row["host"], row["unit"], row["exposure"]) for row in units[0]))
     text = "\n".join(lines)
     os.makedirs(RELIABILITY, exist_ok=True)
     with open(os.path.join(RELIABILITY, "summary.txt"), "w") as handle:
