@@ -193,7 +193,8 @@ def test_units_hardened_per_systemd_analyze():
                     " -p ".join(REQUIRED), unit)).stdout.splitlines())
                 assert {key: shown[key] for key in REQUIRED} == REQUIRED and shown["User"] not in ("", "root"), shown
     _save("systemd-analyze.json", table)
-    print("\n" + "\n".join("%-6s %-28s exposure %.1f (limit %.1f)" % (row["host"], row["unit"], row["exposure"],
-                                                                       row["limit"]) for row in table))
+    rows = ["%-6s %-28s exposure %.1f (limit %.1f)" % (row["host"], row["unit"], row["exposure"], row["limit"])
+            for row in table]
+    print("\n" + "\n".join(rows))
     assert {row["unit"].split("-")[0] for row in table} >= {"vllm", "ray", "haproxy.service", "llmserve"}
     assert all(row["exposure"] <= row["limit"] for row in table), table
