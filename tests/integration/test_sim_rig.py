@@ -64,7 +64,8 @@ def test_systemd_is_pid1_and_running(rig):
     # A degraded host names its failed units and their last log lines in the failure message.
     failed = _ansible(rig, "all", "ansible.builtin.shell",
                       "for u in $(systemctl --failed --no-legend --plain | cut -d' ' -f1); do journalctl -b -n 8 -u $u; done")
-    assert states == {"node%d" % i: "running" for i in range(1, COUNT + 1)}, failed
+    evidence = "\n".join("%s:\n%s" % (host, out.get("stdout", "")) for host, (_status, out) in sorted(failed.items()))
+    assert states == {"node%d" % i: "running" for i in range(1, COUNT + 1)}, evidence
     pid1 = _ansible(rig, "node1", "ansible.builtin.command", "cat /proc/1/comm")
     assert pid1["node1"][1]["stdout"] == "systemd"
 

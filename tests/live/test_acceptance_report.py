@@ -103,7 +103,7 @@ def test_failure_stage_saw_the_balancer_drop_and_recover(report):
         step = fault["load_summary"]["steps"][0]
         others = [name for name in ("r0", "r1") if name != fault["replica"]]
         assert all(step["replicas"][name]["generated_tokens"] > 0 for name in others)
-        assert step["completed"] > 0
+        assert step["completed"] > 0, "%s load: rc %s\n%s" % (fault["kind"], step.get("returncode"), step.get("output_tail", ""))
 
 
 def test_restart_stage_measured(report):

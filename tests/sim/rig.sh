@@ -77,6 +77,11 @@ prepare_node() {  # prepare_node INDEX IMAGE: overlay root with its own identity
   # No Gateway=: the bridge has no route out, and neither do the hosts.
   printf '[Match]\nName=host0\n\n[Network]\nAddress=%s/24\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' \
     "$(node_ip "$i")" >"$root/etc/systemd/network/10-llmsim-host0.network"
+  # The default waits on every link with a 2 min limit and failed once on a busy CI machine, leaving the host
+  # "degraded": wait for host0, the only link a sim host has, and give it longer.
+  mkdir -p "$root/etc/systemd/system/systemd-networkd-wait-online.service.d"
+  printf '[Service]\nExecStart=\nExecStart=/lib/systemd/systemd-networkd-wait-online --interface=host0 --timeout=300\n' \
+    >"$root/etc/systemd/system/systemd-networkd-wait-online.service.d/10-llmsim.conf"
   install -m 0600 "$STATE/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
   ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$root/etc/ssh/ssh_host_ed25519_key"
   echo "$(node_ip "$i") $(cut -d' ' -f1-2 "$root/etc/ssh/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
