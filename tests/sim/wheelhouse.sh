@@ -12,7 +12,12 @@ if [ -f "$stamp" ]; then
   echo "wheelhouse $dest: complete for $(basename "$lock")"; exit 0
 fi
 # The hosts run Debian 12's Python 3.11, the same as this controller, so pip picks matching wheels.
-python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -r "$lock" -d "$dest"
+# torch's +cpu build is not on the main index: pip must be configured with a folder or index that has it.
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -r "$lock" -d "$dest" || {
+  echo "wheelhouse: pip could not fetch every pin of $(basename "$lock"); torch's +cpu build comes from a wheel folder" \
+    "or PyTorch's CPU index, so configure pip with one (PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL)" >&2
+  exit 1
+}
 touch "$stamp"
 count=$(find "$dest" -name '*.whl' | wc -l)
 echo "wheelhouse $dest: $count wheels for $(grep -c '==' "$lock") pins"
