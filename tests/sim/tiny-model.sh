@@ -18,7 +18,11 @@ venv=$CACHE/model-tools-$(sha256sum "$lock" | cut -c1-12)
 if [ ! -x "$venv/bin/python" ]; then
   "$here/wheelhouse.sh" >&2
   rm -rf "$venv.tmp" && python3 -m venv "$venv.tmp"
-  pins=$(grep -E '^(torch|transformers|tokenizers|safetensors)==' "$lock")
+  # torch declares setuptools, which pip freeze (and so the lock) leaves out; the hosts install the lock
+  # with --no-deps and never need it, these tools do.
+  setuptools_pin=setuptools==80.9.0
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: "$setuptools_pin" -d "$WHEELHOUSE" >&2
+  pins="$(grep -E '^(torch|transformers|tokenizers|safetensors)==' "$lock") $setuptools_pin"
   # shellcheck disable=SC2086  # one argument per pin
   "$venv.tmp/bin/pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" -c "$lock" $pins >&2
   mv "$venv.tmp" "$venv"
