@@ -23,6 +23,10 @@ if [ "$(cat "$LLMSERVE_VENV/.llmserve-stamp" 2>/dev/null)" != "$_hash" ]; then
     -c "$_repo/requirements/constraints.txt" -r "$_repo/requirements/test.txt" || return 1
   echo "$_hash" >"$LLMSERVE_VENV/.llmserve-stamp"
 fi
+# The runbook package (llmserve-runbook) from this checkout, editable; reinstalled only when it points elsewhere.
+if [ "$("$LLMSERVE_VENV/bin/python" -c 'import llmserve_runbook, os; print(os.path.dirname(os.path.dirname(llmserve_runbook.__file__)))' 2>/dev/null)" != "$_repo/runbook" ]; then
+  "$LLMSERVE_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$_repo/runbook" >&2 || return 1
+fi
 export PATH="$LLMSERVE_VENV/bin:$PATH"
 export LLMSERVE_VENV
 

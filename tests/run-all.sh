@@ -13,6 +13,12 @@ if ! command -v shellcheck >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck) >/dev/null || echo "could not install shellcheck"
 fi
 
+# The haproxy_server module's integration test drives a real HAProxy on loopback (the package's own unit stays off).
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy && systemctl disable --now haproxy) \
+    >/dev/null 2>&1 || echo "could not install haproxy"
+fi
+
 out="$repo/tests/output"
 rm -rf "$out" && mkdir -p "$out"
 stage_pass=0
@@ -95,7 +101,7 @@ PY
 pytest_stage "pytest (unit, integration)" "$out/pytest.xml" tests/unit tests/integration
 
 stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated hosts)" molecule_sim
-pytest_stage "live tests (acceptance report, bad input, faults, security, summary)" "$out/pytest-live.xml" tests/live
+pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
 [ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"

@@ -1,8 +1,13 @@
 """Reach the simulated cluster the way its inventory does (tests/sim/rig.sh wrote it)."""
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 import yaml
 
@@ -56,3 +61,64 @@ def recap(stdout):
             host, rest = line.split(":", 1)
             counts[host.strip()] = {key: int(value) for key, value in (item.split("=") for item in rest.split())}
     return counts
+
+
+def load_balancer():
+    return sorted(load_inventory()[0]["all"]["children"]["vllm_loadbalancers"]["hosts"])[0]
+
+
+class SteadyClient:
+    """Two workers sending short completions through HAProxy back to back; every request is recorded."""
+
+    def __init__(self, workers=2):
+        self.url = "http://%s:8080/v1/completions" % address(load_balancer())
+        group_vars = load_inventory()[1]
+        self.body = json.dumps({"model": group_vars["vllm_cluster_model"]["served_name"], "prompt": "hello",
+                                "max_tokens": 8}).encode()
+        self.headers = {"Authorization": "Bearer " + group_vars["vllm_cluster_api_key"],
+                        "Content-Type": "application/json"}
+        self.records, self.stop = [], threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for worker in range(workers)]
+
+    def _run(self):
+        while not self.stop.is_set():
+            start, error = time.monotonic(), None
+            try:
+                urllib.request.urlopen(urllib.request.Request(self.url, self.body, self.headers), timeout=120).read()
+            except (urllib.error.URLError, OSError) as exc:
+                error = str(exc)[:200]
+                time.sleep(0.5)
+            self.records.append({"start": start, "end": time.monotonic(), "error": error})
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        time.sleep(3)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(150)
+
+    def account(self, fault):
+        """Requests, failures, those in flight at the fault, and failures that started after it (lost).
+
+        ``fault`` is (before, after): the fault command was sent at ``before`` and had returned at ``after``."""
+        before, after = fault
+        in_flight = [r for r in self.records if r["start"] <= after and r["end"] >= before]
+        failed = [r for r in self.records if r["error"]]
+        lost = [r for r in failed if r["start"] > after]
+        return {"requests": len(self.records), "failed": len(failed), "in_flight_at_fault": len(in_flight),
+                "failed_after_fault": len(lost), "errors": sorted({r["error"] for r in failed})[:5],
+                "failures_started_s_after_fault": [round(r["start"] - after, 2) for r in failed]}
+
+
+def haproxy_status(replica):
+    """The replica's status column in HAProxy's stats (UP, DOWN, DRAIN, MAINT, ...)."""
+    csv = ssh(load_balancer(), "curl -s 'http://127.0.0.1:8404/stats;csv'").stdout
+    for line in csv.splitlines():
+        fields = line.split(",")
+        if len(fields) > 17 and fields[0] == "vllm_replicas" and fields[1] == replica:
+            return fields[17]
+    return "missing"

@@ -55,7 +55,8 @@ def test_main_spec_matches_defaults(role):
         if kind == "list":
             assert "elements" in spec, "%s: list option %s needs elements" % (role, name)
         if "choices" in spec and not _is_template(value):
-            assert value in spec["choices"], "%s: default of %s not in choices" % (role, name)
+            values = value if spec.get("type") == "list" else [value]
+            assert all(item in spec["choices"] for item in values), "%s: default of %s not in choices" % (role, name)
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -1,0 +1,126 @@
+"""Day-2 operations on the live sim through the runbook package: rolling restart under load, drift, the
+troubleshooting bundle and an acceptance verdict. Each leaves the cluster as it found it.
+
+Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the rig is up and deployed.
+"""
+
+import json
+import os
+import tarfile
+import time
+
+import pytest
+
+from runbook_cli import record, runbook
+from sim_hosts import SteadyClient, haproxy_status, load_inventory, ssh
+
+HOSTS, GROUP_VARS = load_inventory()
+NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
+UNITS = {"r0": ["node1", "node2"], "r1": ["node3"]}
+API_KEY = GROUP_VARS["vllm_cluster_api_key"]
+
+
+def main_pids():
+    return {"%s@%s" % (replica, host): ssh(host, "systemctl show --property MainPID --value vllm-%s.service" % replica).stdout.strip()
+            for replica, hosts in UNITS.items() for host in hosts}
+
+
+@pytest.fixture(autouse=True)
+def serving_before():
+    deadline = time.monotonic() + 600
+    while not all(haproxy_status(name) == "UP" for name in UNITS):
+        assert time.monotonic() < deadline, "replicas not UP before the test"
+        time.sleep(2)
+
+
+def test_rolling_restart_under_load_fails_no_request():
+    before = main_pids()
+    with SteadyClient() as client:
+        result, progress = runbook("rolling-restart")
+    assert result["exit_code"] == 0 and result["status"] == "successful", progress[-3000:]
+    assert all(host["failed"] == 0 and host["unreachable"] == 0 for host in result["hosts"].values())
+    roll = result["outputs"]["rolling_restart_record"]["replicas"]
+    assert [entry["name"] for entry in roll] == ["r0", "r1"]
+    after = main_pids()
+    assert all(after[unit] != before[unit] for unit in before), (before, after)
+    failed = [entry for entry in client.records if entry["error"]]
+    assert len(client.records) > 20 and not failed, failed[:5]
+    assert all(haproxy_status(name) == "UP" for name in UNITS)
+    record("rolling_restart", {"requests": len(client.records), "failed": len(failed), "seconds": result["seconds"],
+                               "replicas": [{key: entry[key] for key in ("name", "sessions_at_drain", "drain_s", "ready_s", "back_s")}
+                                            for entry in roll]})
+
+
+def test_drift_names_each_differing_pin_and_changes_nothing():
+    unit = "/etc/systemd/system/vllm-r1.service"
+    original = ssh("node3", "cat %s" % unit).stdout
+    edited = original.replace("--max-model-len 1024", "--max-model-len 512")
+    assert edited != original
+    ssh("node3", "cat > %s" % unit, stdin=edited)
+    model = dict(GROUP_VARS["vllm_cluster_model"], revision="0" * 40)
+    try:
+        result, progress = runbook("drift", "-e", "vllm_cluster_driver_version=580.172.08", "-e", json.dumps({"vllm_cluster_model": model}))
+        still = ssh("node3", "cat %s" % unit).stdout
+    finally:
+        ssh("node3", "cat > %s" % unit, stdin=original)
+    assert result["exit_code"] == 4, progress[-3000:]
+    assert still == edited, "drift changed the unit it reported"
+    changes = result["changes"]
+    by_area = {}
+    for change in changes:
+        by_area.setdefault(change["area"], set()).add(change["host"])
+    assert by_area["driver / fabric manager"] == set(NODES)
+    assert set(NODES) <= by_area["vLLM unit"]
+    unit_diffs = "\n".join(change.get("diff", "") for change in changes if change["area"] == "vLLM unit" and change["host"] == "node3")
+    assert "--max-model-len 512" in unit_diffs and "--max-model-len 1024" in unit_diffs and "0" * 40 in unit_diffs
+    assert "model revision / cache" in by_area
+    assert API_KEY not in json.dumps(result) and API_KEY not in progress
+    # A cluster that matches its pins reports nothing.
+    clean, progress = runbook("drift")
+    assert clean["exit_code"] == 0 and clean["changes"] == [], [change["task"] for change in clean["changes"]]
+    record("drift", {"changes": len(changes), "areas": {area: sorted(hosts) for area, hosts in by_area.items()},
+                     "seconds": result["seconds"], "clean_seconds": clean["seconds"]})
+
+
+def test_collect_bundle_names_the_cause_of_a_stopped_rank():
+    # A multi-node replica whose second rank is down: the guide's "multi-node hang".
+    ssh("node2", "systemctl stop vllm-r0.service")
+    try:
+        result, progress = runbook("collect")
+    finally:
+        ssh("node2", "systemctl start vllm-r0.service")
+        ssh("node1", "systemctl restart vllm-r0.service")
+    assert result["exit_code"] == 0, progress[-3000:]
+    bundle = result["outputs"]["collect_bundle"]
+    assert os.path.exists(bundle["archive"])
+    with tarfile.open(bundle["archive"]) as archive:
+        names = archive.getnames()
+        texts = {name: archive.extractfile(name).read().decode("utf-8", "replace") for name in names if archive.getmember(name).isfile()}
+    base = os.path.basename(bundle["directory"])
+    for host in NODES:
+        for capture in ("addresses.json", "network.env", "firewall.nft", "units.txt", "journal.txt", "gpus.csv", "topology.txt",
+                        "model.json"):
+            assert "%s/nodes/%s/%s" % (base, host, capture) in names
+    assert "%s/nodes/node1/ray.json" % base in names and "%s/loadbalancer/haproxy-stats.csv" % base in names
+    assert json.loads(texts["%s/nodes/node3/model.json" % base])["verified"] is True
+    assert "vllm:" in texts["%s/nodes/node3/metrics-r1.txt" % base]
+    summary = texts["%s/SUMMARY.md" % base]
+    hang = [entry for entry in bundle["results"] if entry["pattern"] == "multi_node_hang"][0]
+    assert hang["likely"] and any("replica r0: its ranks differ" in finding for finding in hang["findings"]), hang
+    assert "A replica spanning nodes hangs or never becomes ready: LIKELY" in summary
+    assert not any(API_KEY in text for text in texts.values())
+    record("collect", {"files": len(names), "likely": bundle["likely"], "seconds": result["seconds"]})
+
+
+def test_acceptance_through_the_runbook_returns_its_verdict_and_report():
+    # The first requests after a restart (the collect test restarts r0) can take over a second on these cores: this
+    # run checks the runbook's verdict and report plumbing, not the cluster's latency.
+    result, progress = runbook("acceptance", "--tags", "short_prompt", "-e", "acceptance_slo_p95_ttft_ms=30000")
+    assert result["exit_code"] == 0 and result["verdict"] == "pass", progress[-3000:]
+    with open(result["report"]) as handle:
+        report = json.load(handle)
+    assert report["verdict"] == "pass" and report["stages"]["short_prompt"]
+    # A gate that cannot pass: exit code 3 (gate), the report still written.
+    failing, progress = runbook("acceptance", "--tags", "short_prompt", "-e", "acceptance_slo_p95_ttft_ms=1")
+    assert failing["exit_code"] == 3 and failing["verdict"] == "fail" and os.path.exists(failing["report"]), progress[-3000:]
+    record("runbook_acceptance", {"pass_seconds": result["seconds"], "fail_seconds": failing["seconds"]})
