@@ -75,11 +75,19 @@ def test_drift_names_each_differing_pin_and_changes_nothing():
     assert "--max-model-len 512" in unit_diffs and "--max-model-len 1024" in unit_diffs and "0" * 40 in unit_diffs
     assert "model revision / cache" in by_area
     assert API_KEY not in json.dumps(result) and API_KEY not in progress
-    # A cluster that matches its pins reports nothing.
-    clean, progress = runbook("drift")
-    assert clean["exit_code"] == 0 and clean["changes"] == [], [change["task"] for change in clean["changes"]]
     record("drift", {"changes": len(changes), "areas": {area: sorted(hosts) for area, hosts in by_area.items()},
-                     "seconds": result["seconds"], "clean_seconds": clean["seconds"]})
+                     "seconds": result["seconds"]})
+
+
+def test_deploy_through_the_runbook_changes_nothing_on_a_deployed_cluster():
+    result, progress = runbook("deploy")
+    assert result["exit_code"] == 0 and result["status"] == "successful", progress[-3000:]
+    assert set(result["hosts"]) == set(NODES)
+    assert all(host["changed"] == 0 and host["failed"] == 0 for host in result["hosts"].values()), result["hosts"]
+    deployed = result["outputs"]["deploy_record"]
+    assert deployed["endpoint"].endswith(":8080/v1") and len(deployed["replicas"]) == 2 and os.path.exists(deployed["path"])
+    assert API_KEY not in json.dumps(result)
+    record("runbook_deploy", {"seconds": result["seconds"], "changed": 0})
 
 
 def test_collect_bundle_names_the_cause_of_a_stopped_rank():
