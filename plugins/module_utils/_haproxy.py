@@ -48,13 +48,17 @@ def parse_servers_state(text, backend, server):
     raise HaproxyError("no server %s in backend %s: %s" % (server, backend, text.strip()[:300] or "empty answer"))
 
 
-def parse_stat(text, backend, server):
-    """{sessions, queued, status} of one server from ``show stat`` (CSV)."""
+def stat_rows(text):
+    """``show stat`` (the stats page's CSV) as one dict per proxy or server row."""
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# "):
         raise HaproxyError("show stat: unexpected answer %r" % text[:200])
-    reader = csv.DictReader([lines[0][2:]] + lines[1:])
-    for row in reader:
+    return list(csv.DictReader([lines[0][2:]] + lines[1:]))
+
+
+def parse_stat(text, backend, server):
+    """{sessions, queued, status} of one server from ``show stat`` (CSV)."""
+    for row in stat_rows(text):
         if row.get("pxname") == backend and row.get("svname") == server:
             return {"sessions": int(row.get("scur") or 0), "queued": int(row.get("qcur") or 0),
                     "status": row.get("status", "")}

@@ -26,6 +26,8 @@ import ipaddress
 import json
 import re
 
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils import _haproxy
+
 PATTERNS = (
     ("multi_node_hang", "A replica spanning nodes hangs or never becomes ready"),
     ("more_gpus_slower", "More GPUs made it slower"),
@@ -325,12 +327,10 @@ def normalize_node(raw):
 
 def haproxy_servers(stat_csv, backend):
     """{server: {status, check_status, sessions, econ, eresp, wretr, wredis, hrsp_5xx}} of one backend."""
-    lines = (stat_csv or "").splitlines()
-    if not lines:
+    if not (stat_csv or "").strip():
         return {}
-    header = lines[0].lstrip("# ")
     servers = {}
-    for row in csv.DictReader([header] + lines[1:]):
+    for row in _haproxy.stat_rows(stat_csv):
         if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND"):
             servers[row["svname"]] = {"status": row.get("status", ""), "check_status": row.get("check_status", ""),
                                       "sessions": int(row.get("scur") or 0),
