@@ -101,6 +101,8 @@ PY
 pytest_stage "pytest (unit, integration)" "$out/pytest.xml" tests/unit tests/integration
 
 stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated hosts)" molecule_sim
+# Figures only (tests/perf/bench.py asserts nothing about time); it fails on a no-op that changed something.
+stage "perf bench, short (P2 no-op deploy, P3 restart-to-ready, P4 acceptance client overhead)" python3 tests/perf/bench.py --short
 pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 

@@ -14,8 +14,8 @@ evidence = {
       "gpus": [{"index", "name", "memory_total_mib", "memory_used_mib"}], "metrics": {replica: prometheus text},
       "ray": {"alive": [ip, ...]} (Ray head only), "errors": [str]}},
   "loadbalancer": {"servers": {name: {"status", "check_status", "sessions", "econ", "eresp", "wretr", "wredis",
-                   "hrsp_5xx"}}, "timeouts": {name: seconds}, "direct": {replica: http status},
-                   "through_lb": http status},
+                   "hrsp_5xx"}}, "timeouts": {name: seconds}, "no_delay": bool (option http-no-delay set),
+                   "direct": {replica: http status}, "through_lb": http status},
 }
 """
 
@@ -245,6 +245,9 @@ def lb_only_failure(evidence):
         seconds = (balancer.get("timeouts") or {}).get(name)
         if seconds is not None and seconds < MIN_STREAM_TIMEOUT_S:
             findings.append("HAProxy timeout %s is %g s: a stream longer than that is cut" % (name, seconds))
+    if balancer.get("no_delay") is False:
+        findings.append("HAProxy lacks option http-no-delay: it corks streamed tokens up to 200 ms "
+                        "(TTFT through the balancer above direct, tokens in bursts)")
     through = balancer.get("through_lb")
     if through not in (None, 200) and 200 in direct.values():
         findings.append("through the load balancer the API answers %s, directly 200" % through)
@@ -345,6 +348,8 @@ def normalize(evidence, haproxy_config=""):
         balancer["servers"] = haproxy_servers(balancer.pop("stat_csv", ""), balancer.get("backend", "vllm_replicas"))
     if not balancer.get("timeouts"):
         balancer["timeouts"] = haproxy_timeouts(haproxy_config)
+    if "no_delay" not in balancer and haproxy_config:
+        balancer["no_delay"] = bool(re.search(r"^\s*option\s+http-no-delay\b", haproxy_config, re.M))
     nodes = {host: normalize_node(raw) if "captures" in (raw or {}) else
              (raw or {"errors": ["no evidence collected (the host was unreachable or its probes did not run)"]})
              for host, raw in (evidence.get("nodes") or {}).items()}

@@ -7,6 +7,7 @@ Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the 
 import glob
 import json
 import os
+import random
 import statistics
 import threading
 import time
@@ -18,11 +19,14 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STAGES = ["topology", "cold_load", "short_prompt", "long_prompt", "sweep", "heavy_output", "failure", "restart"]
 # Two clients on a 2-core machine that also runs the three hosts: agreement within these factors.
-# The second client's p50 TTFT may not exceed the report's by more than 50 %: the report must not understate latency.
-# It may be lower: the acceptance client (vllm bench serve) runs on the load balancer host, which in the sim shares
-# two cores with replica r0, while this client runs on the controller (measured on this machine: report 226-228 ms,
-# this client 49-93 ms at c=4, with output tok/s agreeing within 7 %). Issue 7's P4 measures that client overhead.
+# The second client's p50 TTFT may not exceed the report's by more than 50 % plus 50 ms (TTFTs here are tens of ms,
+# where scheduling alone moves them by that much): the report must not understate latency. It may be lower: the
+# acceptance client (vllm bench serve) runs on the load balancer host, which in the sim shares two cores with
+# replica r0, while this client runs on the controller. Issue 7's P4 (tests/perf/bench.py) measures the acceptance
+# stage against vllm bench serve run directly; the report's TTFTs were 183-228 ms before HAProxy stopped corking
+# streamed tokens (option http-no-delay), which test_the_balancer_streams_each_token_as_it_comes guards.
 TTFT_TOLERANCE = 0.5
+TTFT_SLACK_MS = 50
 TOKENS_TOLERANCE = 0.5   # output tok/s within +-50 %
 
 
@@ -121,8 +125,6 @@ def test_restart_stage_measured(report):
 
 def _stream_one(cluster, input_len, output_len, seed, results):
     """One streamed completion with a random token-id prompt; records TTFT and output tokens."""
-    import random  # pylint: disable=import-outside-toplevel
-
     rng = random.Random(seed)
     body = json.dumps({"model": cluster["model"], "prompt": [rng.randrange(10, cluster["vocab"] - 10) for _index in range(input_len)],
                        "max_tokens": output_len, "ignore_eos": True, "stream": True,
@@ -142,6 +144,26 @@ def _stream_one(cluster, input_len, output_len, seed, results):
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
     results.append((first, tokens))
+
+
+def test_the_balancer_streams_each_token_as_it_comes(cluster):
+    """Tokens pass HAProxy one by one: corked writes (no option http-no-delay) arrive in one or two bursts."""
+    spread = []
+    for seed in range(4):
+        rng = random.Random(seed)
+        body = json.dumps({"model": cluster["model"], "prompt": [rng.randrange(10, cluster["vocab"] - 10) for _index in range(16)],
+                           "max_tokens": 32, "ignore_eos": True, "stream": True}).encode()
+        request = urllib.request.Request(cluster["url"] + "/v1/completions", data=body, headers={
+            "Content-Type": "application/json", "Authorization": "Bearer %s" % cluster["key"]})
+        arrivals = []
+        with urllib.request.urlopen(request, timeout=120) as response:
+            for raw in response:
+                if raw.startswith(b"data: {"):
+                    arrivals.append(time.monotonic())
+        # A token computed a few ms after the previous one arrives a few ms later, not in the same read.
+        spread.append(sum(1 for before, after in zip(arrivals, arrivals[1:]) if after - before > 0.002))
+    print("token arrivals more than 2 ms apart, of 31 per request: %s" % spread)
+    assert statistics.median(spread) >= 16, spread
 
 
 def test_a_second_client_agrees_with_the_report(report, cluster):
@@ -175,5 +197,5 @@ def test_a_second_client_agrees_with_the_report(report, cluster):
     reported_ttft, reported_tokens = step["ttft_ms"]["p50"], step["output_tokens_per_s"]
     print("c=%d: TTFT p50 %.0f ms (report %.0f), output %.1f tok/s (report %.1f)" % (
         concurrency, ttft_p50_ms, reported_ttft, tokens_per_s, reported_tokens))
-    assert ttft_p50_ms - reported_ttft <= TTFT_TOLERANCE * reported_ttft
+    assert ttft_p50_ms - reported_ttft <= TTFT_TOLERANCE * reported_ttft + TTFT_SLACK_MS
     assert abs(tokens_per_s - reported_tokens) <= TOKENS_TOLERANCE * reported_tokens

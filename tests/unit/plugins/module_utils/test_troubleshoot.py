@@ -44,7 +44,8 @@ def healthy():
     }
 
 
-CONFIG = "defaults\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 20s\n"
+CONFIG = ("defaults\n    timeout connect 1s\n    timeout client 10m\n    timeout server 10m\n    timeout check 20s\n"
+          "backend vllm_replicas\n    option http-no-delay\n")
 
 
 def likely(evidence, config=CONFIG):
@@ -107,6 +108,14 @@ def test_lb_only_failure_from_states_counters_and_timeouts():
     findings = "\n".join(likely(evidence, short)["lb_only_failure"]["findings"])
     assert "HAProxy has r0 DOWN (check: L7STS) while it answers directly" in findings
     assert "timeout server is 30 s" in findings and "answers 503, directly 200" in findings
+
+
+def test_a_balancer_that_corks_streams_is_named():
+    corked = CONFIG.replace("    option http-no-delay\n", "")
+    assert "lb_only_failure" not in likely(healthy())
+    findings = likely(healthy(), corked)["lb_only_failure"]["findings"]
+    assert findings == ["HAProxy lacks option http-no-delay: it corks streamed tokens up to 200 ms "
+                        "(TTFT through the balancer above direct, tokens in bursts)"]
 
 
 def test_sku_mismatch_and_disabled_nccl_paths_make_more_gpus_slower():
