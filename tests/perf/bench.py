@@ -30,14 +30,16 @@ import subprocess
 import sys
 import time
 
-import yaml
+import importlib.util
+import threading
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The live tests' way of reaching the rig (SSH with its key and pinned host keys, the play recap, HAProxy's stats).
+_SPEC = importlib.util.spec_from_file_location("sim_hosts", os.path.join(REPO, "tests", "live", "sim_hosts.py"))
+sim_hosts = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(sim_hosts)
 RIG = os.path.join(REPO, "tests", "sim", "rig.sh")
-STATE = os.environ.get("LLMSERVE_SIM_STATE", "/run/llmserve-sim")
 INVENTORY = os.environ.get("LLMSERVE_SIM_INVENTORY", os.path.join(REPO, "inventories", "sim", "hosts.yml"))
-GROUP_VARS = os.path.join(REPO, "inventories", "sim", "group_vars", "all.yml")
-RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 GOALS = {
     "P1": "<= 1.25", "P2_changed": "0", "P2_3": "<= 20 s", "P2_scale": "<= 1.3",
     "P3": "<= 1.2", "P4": "within 5 %",
@@ -55,26 +57,17 @@ class Rig:
     """The rig's hosts, reached over SSH with the rig's key; scripts go on stdin so nothing lands in argv."""
 
     def __init__(self):
-        with open(INVENTORY) as handle:
-            inventory = yaml.safe_load(handle)
-        children = inventory["all"]["children"]
-        self.hosts = {name: spec["ansible_host"] for name, spec in children["vllm_nodes"]["hosts"].items()}
-        self.lb = sorted(children["vllm_loadbalancers"]["hosts"])[0]
-        with open(GROUP_VARS) as handle:
-            self.vars = yaml.safe_load(handle)
+        hosts, self.vars = sim_hosts.load_inventory()
+        self.hosts = {name: spec["ansible_host"] for name, spec in hosts["all"]["children"]["vllm_nodes"]["hosts"].items()}
+        self.lb = sim_hosts.load_balancer()
         self.key = self.vars["vllm_cluster_api_key"]
         self.model = self.vars["vllm_cluster_model"]["served_name"]
         self.replicas = {r["name"]: r for r in self.vars["vllm_cluster_replicas"]}
 
-    def ssh_argv(self, host):
-        return ["ssh", "-q", "-i", os.path.join(STATE, "id_ed25519"), "-o", "UserKnownHostsFile=%s/known_hosts" % STATE,
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "root@%s" % self.hosts[host], "bash", "-s"]
-
-    def ssh(self, host, script, timeout=900, check=True):
-        proc = subprocess.run(self.ssh_argv(host), input=script, capture_output=True, text=True, timeout=timeout, check=False)
-        if check and proc.returncode != 0:
-            raise RuntimeError("%s: exit %s\n%s%s" % (host, proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:]))
-        return proc.stdout
+    @staticmethod
+    def ssh(host, script, timeout=900, check=True):
+        """Run a bash script on host (on stdin, so nothing lands in argv); returns its stdout."""
+        return sim_hosts.ssh(host, "bash -s", stdin=script, timeout=timeout, check=check).stdout
 
     def url(self, replica):
         return "http://%s:%s" % (self.hosts[self.replicas[replica]["hosts"][0]], self.replicas[replica].get("port", 8000))
@@ -89,25 +82,17 @@ class Rig:
             "until curl -sf -o /dev/null -m 30 -H @/run/bench-probe.hdr -d %s %s/v1/completions; do\n"
             "  [ $SECONDS -lt $end ] || { rm -f /run/bench-probe.hdr; exit 1; }; sleep 0.5\ndone\nrm -f /run/bench-probe.hdr\n"
         ) % (self.key, timeout, shlex.quote(body), base_url)
-        proc = subprocess.run(self.ssh_argv(self.lb), input=script, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
+        if sim_hosts.ssh(self.lb, "bash -s", stdin=script, timeout=timeout + 60, check=False).returncode != 0:
             raise RuntimeError("%s gave no token in %d s" % (base_url, timeout))
         return time.monotonic() - started
 
     def wait_balanced(self, timeout=180):
         """Wait until HAProxy has every replica UP again (P3 restarts one), so later tests find the service whole."""
-        script = (
-            "python3 - <<'PY'\nimport csv, socket, time\nend = time.monotonic() + %d\n"
-            "while time.monotonic() < end:\n"
-            "    sock = socket.socket(socket.AF_UNIX); sock.connect('/run/haproxy/admin.sock')\n"
-            "    sock.sendall(b'show stat\\n'); data = b''\n"
-            "    while chunk := sock.recv(65536): data += chunk\n"
-            "    rows = [r for r in csv.DictReader(data.decode().lstrip('# ').splitlines())\n"
-            "            if r['pxname'] == 'vllm_replicas' and r['svname'] not in ('FRONTEND', 'BACKEND')]\n"
-            "    if rows and all(r['status'].startswith('UP') for r in rows): raise SystemExit(0)\n"
-            "    time.sleep(1)\nraise SystemExit(1)\nPY\n"
-        ) % timeout
-        self.ssh(self.lb, script)
+        deadline = time.monotonic() + timeout
+        while any(sim_hosts.haproxy_status(name) != "UP" for name in self.replicas):
+            if time.monotonic() > deadline:
+                raise RuntimeError("HAProxy did not put every replica back in %d s" % timeout)
+            time.sleep(1)
 
 
 def rig(*args):
@@ -133,15 +118,15 @@ def playbook(name, *args):
         path = os.path.join(LOGS[0], "%02d-%s.log" % (len(os.listdir(LOGS[0])), name.replace(".yml", "")))
         with open(path, "w") as handle:
             handle.write(proc.stdout + proc.stderr)
-    recap = parse_recap(proc.stdout)
+    recap = changed_per_host(proc.stdout)
     if proc.returncode != 0 or not recap:
         raise RuntimeError("%s: exit %s\n%s" % (name, proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]))
     return seconds, recap
 
 
-def parse_recap(stdout):
+def changed_per_host(stdout):
     """{host: changed} from ansible-playbook's PLAY RECAP."""
-    return {m.group(1): int(m.group(3)) for m in RECAP.finditer(stdout)}
+    return {host: counts["changed"] for host, counts in sim_hosts.recap(stdout).items()}
 
 
 def parse_unit(text):
@@ -226,19 +211,27 @@ def hand_parts(rig_, units):
 
 
 def _parallel(rig_, script, hosts):
-    started = time.monotonic()
-    procs = [subprocess.Popen(rig_.ssh_argv(host), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for host in hosts]
-    for host, proc in zip(hosts, procs):
-        output, _unused = proc.communicate(script, timeout=1800)
-        if proc.returncode != 0:
-            raise RuntimeError("%s: exit %s\n%s" % (host, proc.returncode, output[-2000:]))
+    """Run script on every host at once; seconds until the last one ends."""
+    started, errors = time.monotonic(), []
+
+    def one(host):
+        try:
+            rig_.ssh(host, script, timeout=1800)
+        except (AssertionError, subprocess.SubprocessError) as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=one, args=(host,)) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
     return time.monotonic() - started
 
 
 def _inventory_var(name):
-    with open(INVENTORY) as handle:
-        return yaml.safe_load(handle)["all"]["vars"][name]
+    return sim_hosts.load_inventory()[0]["all"]["vars"][name]
 
 
 # --- P2 --------------------------------------------------------------------------------------------------------
@@ -426,7 +419,7 @@ def main():
             log("P1: the same parts by hand on 3 fresh hosts")
             hand = hand_parts(fresh_rig(3), units)
             figures["P1"] = {"deploy_s": deploy_s, "hand": hand, "ratio": deploy_s / hand["sum_s"]}
-        except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as exc:
+        except (AssertionError, RuntimeError, subprocess.SubprocessError, OSError, KeyError) as exc:
             figures["errors"] = figures.get("errors", []) + ["P1: %s" % exc]
         for size in [s for s in sizes if s != 3]:
             log("P2: cold deploy, then no-op, on %d fresh hosts" % size)
@@ -434,7 +427,7 @@ def main():
                 fresh_rig(size)
                 cold_s, _unused = playbook("deploy.yml")
                 figures["P2"]["hosts"][str(size)] = dict(noop(), cold_deploy_s=round(cold_s, 1))
-            except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+            except (AssertionError, RuntimeError, subprocess.SubprocessError, OSError) as exc:
                 figures["errors"] = figures.get("errors", []) + ["P2 at %d hosts: %s" % (size, str(exc)[-2000:])]
         rig("down")
         sizes_done = figures["P2"]["hosts"]

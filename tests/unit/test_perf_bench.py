@@ -39,7 +39,7 @@ def test_unit_command_line_and_environment():
 
 
 def test_recap_counts_changes_per_host():
-    assert bench.parse_recap(RECAP) == {"node1": 0, "node2": 2}
+    assert bench.changed_per_host(RECAP) == {"node1": 0, "node2": 2}
 
 
 @pytest.mark.parametrize("full", [False, True])
