@@ -25,15 +25,29 @@ stage_pass=0
 stage_fail=0
 failed_stages=()
 
-stage() {  # stage NAME CMD...: run one non-pytest stage and count it as one check.
+failed_logs=()
+stage() {  # stage NAME CMD...: run one non-pytest stage and count it as one check; its output also goes to a log.
   local name=$1; shift
+  local log
+  log="$out/stage-$(printf '%s' "${name%% (*}" | tr -c 'a-zA-Z0-9' '-').log"
   echo "=== $name"
   local start=$SECONDS
-  if "$@"; then
+  if "$@" 2>&1 | tee "$log"; then
     stage_pass=$((stage_pass + 1)); echo "=== $name: ok ($((SECONDS - start)) s)"
   else
-    stage_fail=$((stage_fail + 1)); failed_stages+=("$name"); echo "=== $name: FAILED ($((SECONDS - start)) s)"
+    stage_fail=$((stage_fail + 1)); failed_stages+=("$name"); failed_logs+=("$log")
+    echo "=== $name: FAILED ($((SECONDS - start)) s)"
   fi
+}
+
+# A CI page often shows only the end of the output: repeat why each failed stage failed just above the summary.
+why_failed() {
+  local log
+  for log in "${failed_logs[@]}"; do
+    echo "--- why it failed, from $log:"
+    grep -E '^(fatal|failed): |FAILED!|^ERROR|CRITICAL|Traceback|Error: |failed=[1-9]|unreachable=[1-9]|changed something' "$log" \
+      | tail -n 15 | cut -c1-600
+  done
 }
 
 sanity() {
@@ -106,6 +120,7 @@ stage "perf bench, short (P2 no-op deploy, P3 restart-to-ready, P4 acceptance cl
 pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
+why_failed
 [ ${#failed_stages[@]} -gt 0 ] && echo "failed stages: ${failed_stages[*]}"
 echo "$((py_pass + stage_pass)) passed, $((py_fail + stage_fail)) failed"
 [ $((py_fail + stage_fail)) -eq 0 ]
