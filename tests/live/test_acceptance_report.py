@@ -173,23 +173,31 @@ def test_a_second_client_agrees_with_the_report(report, cluster):
     level = min(4, sweep["knee_concurrency"])
     step = [s for s in sweep["ladder"] if s["concurrency"] == level][0]
     concurrency, prompts = step["concurrency"], step["completed"]
-    results, queue = [], list(range(prompts))
     lock = threading.Lock()
 
-    def worker():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                seed = queue.pop()
-            _stream_one(cluster, step["input_len"], step["output_len"], seed, results)
+    def send(seeds, results):
+        queue = list(seeds)
 
+        def worker():
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    seed = queue.pop()
+                _stream_one(cluster, step["input_len"], step["output_len"], seed, results)
+
+        threads = [threading.Thread(target=worker) for _slot in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+
+    # The report measured this level on replicas the lower levels had warmed; the perf bench restarts a replica
+    # just before these tests, and a restarted vLLM is slow on its first batches. Warm it the same way, unmeasured.
+    send(range(prompts, prompts + 2 * concurrency), [])
+    results = []
     started = time.monotonic()
-    threads = [threading.Thread(target=worker) for _slot in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(600)
+    send(range(prompts), results)
     elapsed = time.monotonic() - started
     assert len(results) == prompts and all(first is not None for first, _tokens in results)
     ttft_p50_ms = statistics.median(first for first, _tokens in results) * 1000
