@@ -44,13 +44,15 @@ def _source(path, size_mib):
 
 
 class Cache:
-    def __init__(self, tmp_path, root=None, source_mib=16):
+    def __init__(self, tmp_path, root=None, source_mib=16, hosts=("stage",)):
         self.tmp = tmp_path
         self.root = str(root or tmp_path / "cache")
         self.source = _source(str(tmp_path / "source"), source_mib)
         self.inventory = tmp_path / "hosts.json"
-        self.inventory.write_text(json.dumps({"all": {"children": {"vllm_nodes": {"hosts": {"stage": {
-            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+        # Hosts on this one machine share its filesystem: more than one is a shared cache.
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        self.inventory.write_text(json.dumps({"all": {"children": {"vllm_nodes": {"hosts": {
+            host: local for host in hosts}}}}}))
         self.model = os.path.join(self.root, "models", "llmserve-test--tiny", REVISION)
         self.staging = os.path.join(self.root, ".staging", "llmserve-test--tiny@" + REVISION)
 
@@ -166,3 +168,18 @@ def test_manifest_other_than_the_pinned_one_is_refused(tmp_path):
     run, _seconds = cache.run(model_cache_manifest_digest="0" * 64)
     assert run.returncode != 0 and _changed(run.stdout) == [0], run.stdout[-3000:]
     assert "but model_cache_manifest_digest (vllm_cluster_model.manifest_digest) pins " + "0" * 64 in run.stdout
+
+
+def test_other_nodes_name_the_staging_host_that_dropped_out(tmp_path):
+    cache = Cache(tmp_path, hosts=("stage", "node2", "node3"))
+    run, _seconds = cache.run(model_cache_source_path="{{ '%s' if inventory_hostname == 'stage' else '%s' }}" % (
+        tmp_path / "no-such-snapshot", cache.source))
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert "holds no config.json" in run.stdout, run.stdout[-3000:]
+    fatal = [line for line in run.stdout.splitlines() if line.startswith("fatal: [")]
+    for host in ("node2", "node3"):
+        said = [line for line in fatal if line.startswith("fatal: [%s]" % host)]
+        assert len(said) == 1 and "%s: %s was not staged" % (host, cache.model) in said[0], fatal
+        assert "the staging host stage (model_cache_stage_host) failed or became unreachable" in said[0], said
+    assert "is not a directory" not in run.stdout
+    assert not os.path.exists(os.path.join(cache.root, "models"))
