@@ -18,15 +18,15 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STAGES = ["topology", "cold_load", "short_prompt", "long_prompt", "sweep", "heavy_output", "failure", "restart"]
-# Two clients on a 2-core machine that also runs the three hosts: agreement within these factors.
-# The second client's p50 TTFT may not exceed the report's by more than 50 % plus 50 ms (TTFTs here are tens of ms,
-# where scheduling alone moves them by that much): the report must not understate latency. It may be lower: the
-# acceptance client (vllm bench serve) runs on the load balancer host, which in the sim shares two cores with
-# replica r0, while this client runs on the controller. Issue 7's P4 (tests/perf/bench.py) measures the acceptance
-# stage against vllm bench serve run directly; the report's TTFTs were 183-228 ms before HAProxy stopped corking
-# streamed tokens (option http-no-delay), which test_the_balancer_streams_each_token_as_it_comes guards.
-TTFT_TOLERANCE = 0.5
-TTFT_SLACK_MS = 50
+# Two clients on a 2-core machine that also runs the three hosts. TTFT there is wide and two-moded (r1 answers in
+# tens of ms; r0, two pipeline stages on two hosts, in hundreds), so the median of 24 requests lands in either mode
+# from one run to the next: back to back at c=4, p50 29-122 ms against a report's 41 ms, while output tok/s stayed
+# within 35 %. The check is therefore whether the report's p50 is a plausible median of what an independent client
+# sees (inside that client's 10th-90th percentile band over twice as many requests), plus output tok/s. The
+# acceptance client (vllm bench serve) runs on the load balancer host, this one on the controller. Issue 7's P4
+# (tests/perf/bench.py) measures the acceptance stage against vllm bench serve run directly; the report's TTFTs were
+# 183-228 ms before HAProxy stopped corking streamed tokens (option http-no-delay), which
+# test_the_balancer_streams_each_token_as_it_comes guards.
 TOKENS_TOLERANCE = 0.5   # output tok/s within +-50 %
 
 
@@ -192,18 +192,20 @@ def test_a_second_client_agrees_with_the_report(report, cluster):
         for thread in threads:
             thread.join(600)
 
-    # The report measured this level on replicas the lower levels had warmed; the perf bench restarts a replica
-    # just before these tests, and a restarted vLLM is slow on its first batches. Warm it the same way, unmeasured.
-    send(range(prompts, prompts + 2 * concurrency), [])
+    # The report measured this level on replicas its lower levels had just warmed (24 requests at c=1 and c=2). The
+    # perf bench restarts r1 just before these tests, and a restarted vLLM stays slow for its first few dozen requests
+    # (measured: p50 122 ms and 97 tok/s on the first 24 after 8 warm-up requests, 33 ms and 208 tok/s on the next).
+    send(range(2 * prompts, 3 * prompts), [])
     results = []
     started = time.monotonic()
-    send(range(prompts), results)
+    send(range(2 * prompts), results)
     elapsed = time.monotonic() - started
-    assert len(results) == prompts and all(first is not None for first, _tokens in results)
-    ttft_p50_ms = statistics.median(first for first, _tokens in results) * 1000
+    assert len(results) == 2 * prompts and all(first is not None for first, _tokens in results)
+    ttfts_ms = [first * 1000 for first, _tokens in results]
+    deciles = statistics.quantiles(ttfts_ms, n=10)
     tokens_per_s = sum(tokens for _first, tokens in results) / elapsed
     reported_ttft, reported_tokens = step["ttft_ms"]["p50"], step["output_tokens_per_s"]
-    print("c=%d: TTFT p50 %.0f ms (report %.0f), output %.1f tok/s (report %.1f)" % (
-        concurrency, ttft_p50_ms, reported_ttft, tokens_per_s, reported_tokens))
-    assert ttft_p50_ms - reported_ttft <= TTFT_TOLERANCE * reported_ttft + TTFT_SLACK_MS
+    print("c=%d: TTFT p10/p50/p90 %.0f/%.0f/%.0f ms (report p50 %.0f), output %.1f tok/s (report %.1f)" % (
+        concurrency, deciles[0], statistics.median(ttfts_ms), deciles[-1], reported_ttft, tokens_per_s, reported_tokens))
+    assert deciles[0] <= reported_ttft <= deciles[-1], "report's TTFT p50 %.0f ms is outside this client's 10-90 %% band" % reported_ttft
     assert abs(tokens_per_s - reported_tokens) <= TOKENS_TOLERANCE * reported_tokens
