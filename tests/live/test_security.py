@@ -198,3 +198,74 @@ def test_units_hardened_per_systemd_analyze():
     print("\n" + "\n".join(rows))
     assert {row["unit"].split("-")[0] for row in table} >= {"vllm", "ray", "haproxy.service", "llmserve"}
     assert all(row["exposure"] <= row["limit"] for row in table), table
+
+
+# Connects to one closed port from outside as fast as 16 threads can, until stdin closes (at most 600 s).
+WATCH = textwrap.dedent("""
+    import json, socket, sys, threading, time
+    host, port = sys.argv[1], int(sys.argv[2])
+    done, counts, lock = threading.Event(), {"attempts": 0, "connected": 0}, threading.Lock()
+    def probe():
+        while not done.is_set():
+            sock = socket.socket()
+            sock.settimeout(0.01)
+            try:
+                sock.connect((host, port))
+                hit = 1
+            except OSError:
+                hit = 0
+            finally:
+                sock.close()
+            with lock:
+                counts["attempts"] += 1
+                counts["connected"] += hit
+    threads = [threading.Thread(target=probe, daemon=True) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    print("watching", flush=True)
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    done.wait(600)
+    done.set()
+    for thread in threads:
+        thread.join(5)
+    print(json.dumps(counts), flush=True)
+""")
+FIREWALL_PLAY = """- name: Apply the cluster firewall alone
+  hosts: %s
+  gather_facts: false
+  roles:
+    - role: llmserve.vllm_cluster.firewall
+"""
+
+
+def test_a_rules_change_leaves_no_moment_without_rules(outside, tmp_path):
+    """The handler swaps the table in one nft transaction: a closed port never answers while the rules change."""
+    host = NODES[-1]
+    playbook = tmp_path / "firewall.yml"
+    playbook.write_text(FIREWALL_PLAY % host)
+    started = ssh(host, "systemctl show -p ActiveEnterTimestampMonotonic --value llmserve-firewall.service").stdout
+    watcher = subprocess.Popen(["ip", "netns", "exec", NETNS, "python3", "-c", WATCH, address(host), "8000"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stdout.readline().strip() == "watching"
+        runs = []
+        # A documentation-only range as an extra trusted source, then back: the table is rewritten twice.
+        for extra in ('["192.0.2.0/24"]', "[]"):
+            run = subprocess.run(playbook_argv(str(playbook), os.path.join(REPO, "inventories", "sim"), "-e",
+                                               '{"firewall_trusted_sources": %s}' % extra),
+                                 cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+            assert run.returncode == 0, run.stdout[-3000:]
+            runs.append(recap(run.stdout)[host]["changed"])
+            listed = ssh(host, "nft list set inet llmserve cluster_v4").stdout
+            assert ("192.0.2.0/24" in listed) == (extra != "[]"), listed
+    finally:
+        out, _err = watcher.communicate("", timeout=120)
+    counts = json.loads(out.splitlines()[-1])
+    restarted = ssh(host, "systemctl show -p ActiveEnterTimestampMonotonic --value llmserve-firewall.service").stdout
+    _save("rules-change.json", dict(counts, host=host, port=8000, changed=runs))
+    print("\n%s:8000 from outside while the rules changed twice: %d attempts, %d connected" % (
+        host, counts["attempts"], counts["connected"]))
+    assert all(changed >= 1 for changed in runs), runs
+    assert counts["attempts"] > 1000, counts
+    assert counts["connected"] == 0, counts
+    assert restarted == started, "the firewall unit was restarted (stopped, then started) instead of reloaded"

@@ -48,6 +48,9 @@ def test_reliability_and_security_summary():
     lines.append("exposures found from outside the cluster network: %s (ports tried %s, reachable %s)" % (
         len(exposure.get("exposures", [])) if exposure else "not measured", exposure.get("ports_tried"),
         exposure.get("reachable")))
+    change = (_load("security/rules-change.json") or [{}])[0]
+    lines.append("connections from outside while the rules changed twice on %s: %s of %s attempts" % (
+        change.get("host"), change.get("connected", "not measured"), change.get("attempts")))
     units = _load("security/systemd-analyze.json")
     if units:
         lines.append("systemd-analyze security (exposure, 0 best .. 10 worst): " + ", ".join(
