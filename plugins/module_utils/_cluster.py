@@ -20,11 +20,15 @@ from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner imp
     plan_parallelism,
     validate_parallelism,
 )
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._placement import (
+    assign_gpus,
+    assign_ports,
+    host_gpus,
+)
 
 _MIB = 1024 * 1024
 WORKLOAD_KEYS = ("max_model_len", "concurrency", "prompt_tokens", "output_tokens", "cache_dtype")
-REPLICA_KEYS = ("name", "hosts", "tensor_parallel_size", "pipeline_parallel_size", "port")
-DEFAULT_PORT = 8000
+REPLICA_KEYS = ("name", "hosts", "tensor_parallel_size", "pipeline_parallel_size", "port", "gpus")
 _DECLARED = "vllm_cluster_node_gpus"
 
 
@@ -148,36 +152,13 @@ def check_replica_layout(replicas, nodes, reserved_ports=None):
         errors.extend(_gpu_fit_errors(index, replica, nodes))
     if errors:
         return errors
-    errors.extend(check_ports(replicas, reserved_ports))
+    errors.extend(assign_ports(replicas, reserved_ports)[1])
     for host, uses in sorted(replica_gpu_usage(replicas).items()):
         need = sum(gpus for _name, gpus in uses)
         have = nodes[host]["gpu_count"]
         if need > have:
             errors.append("host %s has %d GPUs but replicas %s need %d there; lower tensor_parallel_size or move a replica "
                           "in vllm_cluster_replicas" % (host, have, ", ".join(name for name, _gpus in uses), need))
-    return errors
-
-
-def check_ports(replicas, reserved=None):
-    """Two servers cannot listen on one host and port: replicas sharing their API host, or a replica on a
-    port another service there holds. ``reserved`` maps host -> {port: what holds it}."""
-    errors, taken = [], {}
-    for host, ports in (reserved or {}).items():
-        for port, owner in ports.items():
-            taken[(host, int(port))] = owner
-    for index, replica in enumerate(replicas):
-        port = replica.get("port", DEFAULT_PORT)
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            errors.append("vllm_cluster_replicas[%d] (%s).port must be an integer port, got %r" % (
-                index, replica.get("name"), port))
-            continue
-        host = replica["hosts"][0]
-        owner = taken.get((host, port))
-        if owner:
-            errors.append("vllm_cluster_replicas[%d] (%s): port %d on %s is already taken by %s; give each replica on a "
-                          "host its own port (vllm_cluster_replicas[%d].port)" % (
-                              index, replica["name"], port, host, owner, index))
-        taken[(host, port)] = "replica %s" % replica["name"]
     return errors
 
 
@@ -225,10 +206,11 @@ def _gib(value):
 
 def _summary(replica):
     budget = replica["budget"]
-    return "%s: tp=%d pp=%d backend=%s on %s; per GPU %s weights + %s KV + %s overhead + %s margin of %s usable; " \
+    return "%s: tp=%d pp=%d backend=%s on %s, port %d; per GPU %s weights + %s KV + %s overhead + %s margin of %s usable; " \
         "max concurrency %d at max_model_len" % (
             replica["name"], replica["tensor_parallel_size"], replica["pipeline_parallel_size"], replica["backend"],
-            ",".join(replica["hosts"]), _gib(budget["weights"]), _gib(budget["kv_cache"]),
+            " + ".join("%s GPUs %s" % (host, ",".join(map(str, replica["gpus"][host]))) for host in replica["hosts"]),
+            replica["port"], _gib(budget["weights"]), _gib(budget["kv_cache"]),
             _gib(budget["runtime_overhead"]), _gib(budget["operational_margin"]), _gib(budget["capacity"]),
             replica["max_concurrency"])
 
@@ -254,7 +236,7 @@ def plan_cluster(params):
     errors.extend(_check_workload(workload, shape))
     nodes, node_errors = resolve_nodes(params["nodes"], params["node_group"])
     errors.extend(node_errors)
-    result = {"nodes": list(nodes.values()), "replicas": [], "warnings_found": [], "summary": []}
+    result = {"nodes": list(nodes.values()), "replicas": [], "hosts": {}, "warnings_found": [], "summary": []}
     if errors:
         return result, errors
 
@@ -270,19 +252,29 @@ def plan_cluster(params):
     layout_errors = check_replica_layout(replicas, nodes, params.get("reserved_ports"))
     if layout_errors:
         return result, layout_errors
-
+    checks = []
     for replica in replicas:
-        tp, pp = replica["tensor_parallel_size"], replica["pipeline_parallel_size"]
         replica_nodes = [nodes[host] for host in replica["hosts"]]
-        check = validate_parallelism(shape, replica_nodes, tp, pp, workload, options)
+        check = validate_parallelism(shape, replica_nodes, replica["tensor_parallel_size"], replica["pipeline_parallel_size"],
+                                     workload, options)
         errors.extend("replica %s: %s" % (replica["name"], error) for error in check["errors"])
         result["warnings_found"].extend("replica %s: %s" % (replica["name"], w) for w in check["warnings"])
-        if check["errors"]:
-            continue
-        entry = dict(replica, backend=executor_backend(len(replica["hosts"]), options),
-                     budget=check["budget"], max_concurrency=check["max_concurrency"])
+        checks.append(check)
+    if errors:
+        return result, errors
+    # Placement once every replica fits on its own: which GPUs and which port each one owns.
+    gpus, gpu_errors = assign_gpus(replicas, nodes)
+    if gpu_errors:
+        return result, gpu_errors
+    ports = assign_ports(replicas, params.get("reserved_ports"))[0]
+    for replica, check in zip(replicas, checks):
+        entry = dict(replica, backend=executor_backend(len(replica["hosts"]), options), port=ports[replica["name"]],
+                     gpus=gpus[replica["name"]], budget=check["budget"], max_concurrency=check["max_concurrency"])
         result["replicas"].append(entry)
         result["summary"].append(_summary(entry))
+    # Per host: every GPU the plan gives out, and the pool Ray may hand to Ray-executor replicas (no other).
+    result["hosts"] = dict((name, {"gpus": host_gpus(result["replicas"], name),
+                                   "ray_gpus": host_gpus(result["replicas"], name, "ray")}) for name in nodes)
     recommendation = result.get("recommendation")
     if recommendation:
         result["summary"].insert(0, "recommended: tp=%d pp=%d backend=%s; %d replica(s) fit these nodes; max concurrency %d "

@@ -164,9 +164,23 @@ def model_shape_from_config(config, params=None):
     return normalize_shape(dict((key, value) for key, value in shape.items() if value is not None))
 
 
+def embedding_params(shape):
+    """Input embedding plus an untied lm_head (0 when the vocabulary is unknown)."""
+    if not shape.get("vocab_size"):
+        return 0
+    return shape["vocab_size"] * shape["hidden_size"] * (1 if shape["tie_word_embeddings"] else 2)
+
+
 def weight_bytes(shape):
-    """Bytes of all weights after dtype or quantization."""
-    return int(shape["params"] * dtype_bytes(shape["quantization"] or shape["dtype"]))
+    """Bytes of all weights after dtype or quantization.
+
+    Quantization (FP8, INT8, AWQ/GPTQ) covers the linear layers; the embedding and lm_head stay in the model's
+    dtype, as vLLM and the quantized checkpoints keep them (2.1 GB of a 70B FP8 Llama).
+    """
+    if not shape["quantization"]:
+        return int(shape["params"] * dtype_bytes(shape["dtype"]))
+    embeddings = min(embedding_params(shape), shape["params"])
+    return int((shape["params"] - embeddings) * dtype_bytes(shape["quantization"]) + embeddings * dtype_bytes(shape["dtype"]))
 
 
 def _ceil_div(a, b):
@@ -232,6 +246,17 @@ def max_concurrency(shape, gpu_memory_bytes, tp, pp, tokens_per_seq, cache_dtype
     free = capacity - weights - overhead - margin
     per_sequence = tokens_per_seq * kv_bytes_per_token(shape, cache_dtype, tp, pp)
     return max(0, free // per_sequence)
+
+
+def kv_cache_tokens(shape, gpu_memory_bytes, tp, pp, cache_dtype="auto", options=None):
+    """KV-cache tokens vLLM allocates per GPU at gpu_memory_utilization: capacity less weights and runtime overhead.
+
+    What vLLM logs as "GPU KV cache size"; the planner's operational margin is not taken out, since vLLM hands
+    that memory to its KV cache too (the plan keeps it as headroom by asking for less concurrency).
+    """
+    opts = _options(options)
+    weights, overhead, _margin, capacity = _fixed_per_gpu(shape, gpu_memory_bytes, tp, pp, opts)
+    return max(0, (capacity - weights - overhead) // kv_bytes_per_token(shape, cache_dtype, tp, pp))
 
 
 def _node_memory(node):
@@ -375,6 +400,10 @@ def validate_parallelism(shape, nodes, tp, pp, workload, options=None):
             errors.append("node %s: TP=%d does not fit inside one NVLink island (largest has %d GPUs); set %s<=%d" % (
                 node["name"], tp, largest, var_tp, largest))
         elif tp <= node["gpu_count"] and not _has_nvlink(node):
+            if tp > 1 and node.get("islands") and not opts["allow_tp_over_pcie"]:
+                errors.append("node %s: TP=%d would cross PCIe (the node has no NVLink) and planner option "
+                              "allow_tp_over_pcie is false; use tensor_parallel_size=1 and more replicas, or allow it" % (
+                                  node["name"], tp))
             _tp_placement(node, tp, opts, warnings)
         if node.get("mig_enabled") and tp > 1:
             errors.append("node %s has MIG enabled: MIG slices cannot form a TP group; disable MIG or use TP=1" % node["name"])

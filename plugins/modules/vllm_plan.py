@@ -47,6 +47,11 @@ options:
   replicas:
     description:
       - Replica layout, as in C(vllm_cluster_replicas); empty means adopt the recommendation.
+      - A replica may name its GPUs, C(gpus), as a list of indices (the same on each of its hosts) or a dict of
+        host to such a list, in stage order; each C(tensor_parallel_size) indices in a row must lie in one NVLink
+        island. Replicas without C(gpus) get free GPUs, each TP group inside one island, best fit.
+      - A replica without C(port) gets the lowest port from 8000 up that no other replica or service holds on its
+        first host.
     type: list
     elements: dict
     default: []
@@ -90,10 +95,18 @@ recommendation:
 replicas:
   description:
     - Every replica with C(name), C(hosts), C(tensor_parallel_size), C(pipeline_parallel_size), C(backend)
-      (V(mp) on one node, V(ray) across nodes), C(budget) and C(max_concurrency).
+      (V(mp) on one node, V(ray) across nodes), C(port) (its API port on its first host), C(gpus) (host to the GPU
+      indices it owns there, stage order), C(budget) and C(max_concurrency).
   returned: always
   type: list
   elements: dict
+hosts:
+  description:
+    - Per node, C(gpus) (every GPU the replicas own there) and C(ray_gpus) (the pool the node's Ray daemon offers,
+      only the GPUs of replicas on the Ray executor, so Ray never places a worker on another replica's GPU).
+  returned: always
+  type: dict
+  sample: {gpu-a: {gpus: [0, 1, 2, 3, 4, 5, 6, 7], ray_gpus: []}}
 nodes:
   description: Resolved nodes (GPU count, SKU, memory per GPU in bytes, islands, where it came from).
   returned: always

@@ -10,6 +10,10 @@ import subprocess
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPLAY = os.path.join(REPO, "tests", "fixtures", "bin", "nvidia-smi-replay")
+H200 = os.path.join(REPO, "tests", "fixtures", "gpu", "h200-1gpu-vm")
+H200_UUID = "GPU-610d5b85-56af-75c3-d325-d948d8316c99"
+CONTROL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
 IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "ab" * 32
 # The controller's own Python: the hosts here are the controller itself.
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
@@ -28,11 +32,25 @@ def _render(tmp_path, extra):
     variables = tmp_path / "vars.json"
     variables.write_text(json.dumps(dict(BASE, repo=REPO, render_dir=str(tmp_path), **extra)))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([shutil.which("ansible-playbook"), "-i", str(inventory), "-e", "@%s" % variables,
-                          os.path.join(REPO, "tests", "integration", "units", "render.yml")],
+    # A replica on host a alone renders a's units only.
+    limit = ["--limit", ",".join(extra["vllm_serve_hosts"])] if "vllm_serve_hosts" in extra else []
+    run = subprocess.run([shutil.which("ansible-playbook"), "-i", str(inventory), "-e", "@%s" % variables] + limit +
+                         [os.path.join(REPO, "tests", "integration", "units", "render.yml")],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     return {name: (tmp_path / name).read_text() for name in os.listdir(tmp_path) if name.endswith(".service")}
+
+
+def _settings(unit, key):
+    return [line.split("=", 1)[1] for line in unit.split("\n") if line.startswith(key + "=")]
+
+
+def _replay(tmp_path):
+    """HARDWARE STAND-IN: a bin directory whose nvidia-smi replays the real H200 capture."""
+    bindir = tmp_path / "replay-bin"
+    bindir.mkdir()
+    shutil.copy(REPLAY, bindir / "nvidia-smi")
+    return {"replay_bin": str(bindir), "replay_fixture": H200}
 
 
 def _exec_start(unit):
@@ -95,3 +113,53 @@ def test_container_mode_refuses_an_image_without_a_digest(tmp_path, image):
     run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode != 0
     assert "name@sha256:<64 hex>" in run.stdout + run.stderr
+
+
+def test_each_replica_unit_owns_exactly_its_gpus(tmp_path):
+    units = _render(tmp_path, {"vllm_serve_hosts": ["a"], "vllm_serve_gpus": [4, 5, 6, 7],
+                               "vllm_serve_tensor_parallel_size": 4})
+    unit = units["a-vllm.service"]
+    # No GPU facts for this host: indices, read in nvidia-smi's (PCI bus) order.
+    assert _settings(unit, "Environment")[-2:] == ["CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=4,5,6,7"]
+    assert _settings(unit, "DevicePolicy") == ["closed"]
+    assert _settings(unit, "DeviceAllow") == ["/dev/nvidia%d rw" % i for i in (4, 5, 6, 7)] + [d + " rw" for d in CONTROL]
+    assert _exec_start(unit)[_exec_start(unit).index("--tensor-parallel-size") + 1] == "4"
+
+
+def test_units_name_gpus_by_uuid_from_the_hosts_facts(tmp_path):
+    units = _render(tmp_path, dict(_replay(tmp_path), vllm_serve_hosts=["a"], vllm_serve_gpus=[0], ray_cluster_gpus=[0]))
+    assert "CUDA_VISIBLE_DEVICES=" + H200_UUID in _settings(units["a-vllm.service"], "Environment")
+    ray = units["a-ray.service"]
+    assert "CUDA_VISIBLE_DEVICES=" + H200_UUID in _settings(ray, "Environment")
+    assert "--num-gpus=1" in _exec_start(ray)
+    assert _settings(ray, "DeviceAllow") == ["/dev/nvidia0 rw"] + [d + " rw" for d in CONTROL]
+
+
+def test_no_gpus_given_leaves_the_units_unrestricted(tmp_path):
+    units = _render(tmp_path, {"vllm_serve_hosts": ["a"]})
+    for unit in units.values():
+        assert not [e for e in _settings(unit, "Environment") if e.startswith("CUDA_VISIBLE_DEVICES")]
+        assert _settings(unit, "DevicePolicy") == [] and _settings(unit, "DeviceAllow") == []
+
+
+def test_container_units_get_one_cdi_device_per_gpu(tmp_path):
+    units = _render(tmp_path, {"vllm_serve_runtime": "container", "vllm_serve_image": IMAGE, "vllm_serve_hosts": ["a"],
+                               "vllm_serve_gpus": [2, 3], "ray_cluster_runtime": "container", "ray_cluster_image": IMAGE,
+                               "ray_cluster_gpus": [6]})
+    argv = _exec_start(units["a-vllm.service"])
+    assert [arg for arg in argv if arg.startswith("--device")] == ["--device=nvidia.com/gpu=2", "--device=nvidia.com/gpu=3"]
+    assert not [e for e in _settings(units["a-vllm.service"], "Environment") if "CUDA_VISIBLE_DEVICES" in e]
+    ray = _exec_start(units["a-ray.service"])
+    assert [arg for arg in ray if arg.startswith("--device")] == ["--device=nvidia.com/gpu=6"] and "--num-gpus=1" in ray
+
+
+def test_cuda_visible_devices_in_the_environment_is_refused(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"vars": LOCAL, "hosts": {"a": {"ansible_host": "10.0.0.11"}}}}))
+    variables = dict(BASE, vllm_serve_hosts=["a"], vllm_serve_environment={"CUDA_VISIBLE_DEVICES": "0"})
+    cmd = [shutil.which("ansible"), "a", "-i", str(inventory), "-c", "local", "-m", "ansible.builtin.include_role",
+           "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=preflight.yml", "-e", json.dumps(variables)]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0
+    assert "vllm_serve_environment sets CUDA_VISIBLE_DEVICES" in run.stdout + run.stderr

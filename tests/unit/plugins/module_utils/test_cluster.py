@@ -104,13 +104,13 @@ def test_layout_ok():
     ([{"name": "a", "hosts": ["n3"], "tensor_parallel_size": 2, "pipeline_parallel_size": 2}],
      "vllm_cluster_replicas[0] (a): tp*pp=4 GPU workers but n3 has 2 GPU(s); lower pipeline_parallel_size or "
      "tensor_parallel_size, or list one host per pipeline stage"),
-    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "gpus": [0]}],
-     "vllm_cluster_replicas[0] (a) has unknown key(s) gpus (a typo is silently ignored otherwise); known: name, hosts, "
-     "tensor_parallel_size, pipeline_parallel_size, port"),
-    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1},
-      {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1}],
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "gpu": [0]}],
+     "vllm_cluster_replicas[0] (a) has unknown key(s) gpu (a typo is silently ignored otherwise); known: name, hosts, "
+     "tensor_parallel_size, pipeline_parallel_size, port, gpus"),
+    ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": 8000},
+      {"name": "b", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": 8000}],
      "vllm_cluster_replicas[1] (b): port 8000 on n1 is already taken by replica a; give each replica on a host its own "
-     "port (vllm_cluster_replicas[1].port)"),
+     "port (vllm_cluster_replicas[1].port), or leave port out and the plan picks a free one"),
     ([{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": "http"}],
      "vllm_cluster_replicas[0] (a).port must be an integer port, got 'http'"),
 ])
@@ -122,7 +122,7 @@ def test_replica_on_a_reserved_port():
     replicas = [{"name": "a", "hosts": ["n1"], "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "port": 8080}]
     assert check_replica_layout(replicas, _nodes(n1=8), {"n1": {"8080": "HAProxy (loadbalancer_port)"}}) == [
         "vllm_cluster_replicas[0] (a): port 8080 on n1 is already taken by HAProxy (loadbalancer_port); give each "
-        "replica on a host its own port (vllm_cluster_replicas[0].port)"]
+        "replica on a host its own port (vllm_cluster_replicas[0].port), or leave port out and the plan picks a free one"]
 
 
 def test_workload_typo_is_named():

@@ -65,9 +65,11 @@ def test_nested_text_config_and_quantization():
               "quantization_config": {"quant_method": "awq", "bits": 4}}
     shape = model_shape_from_config(config)
     assert shape["layers"] == 32 and shape["quantization"] == "int4"
-    assert weight_bytes(shape) == 8030261248 // 2
+    # Linear layers at 4 bits; the embedding and the untied lm_head (2 x 128256 x 4096) stay BF16.
+    embeddings = 2 * 128256 * 4096
+    assert weight_bytes(shape) == (8030261248 - embeddings) // 2 + embeddings * 2 == 5591140352
     fp8 = model_shape_from_config(dict(LLAMA3_8B, quantization_config={"quant_method": "fp8"}))
-    assert weight_bytes(fp8) == 8030261248
+    assert weight_bytes(fp8) == (8030261248 - embeddings) + embeddings * 2 == 9080934400
 
 
 @pytest.mark.parametrize("config, message", [

@@ -25,6 +25,17 @@ def _full(count, link):
     return [["X" if i == j else link for j in range(count)] for i in range(count)]
 
 
+def _blocks(inner, inner_link, outer, outer_link, other_link):
+    """8x8 matrix: inner_link inside each inner group, outer_link inside each outer group, other_link elsewhere."""
+    def link(i, j):
+        if i == j:
+            return "X"
+        if any(i in group and j in group for group in inner):
+            return inner_link
+        return outer_link if any(i in group and j in group for group in outer) else other_link
+    return [[link(i, j) for j in range(8)] for i in range(8)]
+
+
 def _gpus(affinities):
     return [{"index": i, "name": "GPU%d" % i, "cpu_affinity": cpu, "numa_affinity": numa, "gpu_numa_id": gpu_numa}
             for i, (cpu, numa, gpu_numa) in enumerate(affinities)]
@@ -64,6 +75,26 @@ EXPECTED = {
              "nearest_gpus": [0, 1], "nearest_link": "NODE"},
             {"name": "NIC1", "device": "mlx5_1", "links": {"GPU0": "NODE", "GPU1": "NODE"},
              "nearest_gpus": [0, 1], "nearest_link": "NODE"},
+        ],
+    },
+    "public/07_rtxa6000_8gpu_nv4pairs_unige.txt": {
+        "gpu_count": 8, "matrix": _blocks([[0, 1], [2, 3], [4, 5], [6, 7]], "NV4", [[0, 1, 2, 3], [4, 5, 6, 7]], "NODE", "SYS"),
+        "islands": [[0, 1], [2, 3], [4, 5], [6, 7]],
+        "gpus": _gpus([("0-63", "0", None)] * 4 + [("64-127", "1", None)] * 4),
+        "nics": [
+            {"name": nic, "device": device,
+             "links": dict(("GPU%d" % i, link) for i, link in enumerate(["SYS"] * 4 + ["NODE", "NODE", "PHB", "NODE"])),
+             "nearest_gpus": [6], "nearest_link": "PHB"} for nic, device in (("NIC0", "mlx5_0"), ("NIC1", "mlx5_1"))
+        ],
+    },
+    "public/08_rtx4090_8gpu_pcie_pix_sys_gooxi.txt": {
+        "gpu_count": 8, "matrix": _blocks([[0, 1, 2, 3, 4], [5, 6, 7]], "PIX", [list(range(8))], "SYS", "SYS"),
+        "islands": [[i] for i in range(8)],
+        "gpus": _gpus([("0-31,64-95", "0", None)] * 5 + [("32-63,96-127", "1", None)] * 3),
+        "nics": [
+            {"name": nic, "device": device,
+             "links": dict(("GPU%d" % i, link) for i, link in enumerate(["SYS"] * 5 + ["NODE"] * 3)),
+             "nearest_gpus": [5, 6, 7], "nearest_link": "NODE"} for nic, device in (("NIC0", "mlx5_0"), ("NIC1", "mlx5_1"))
         ],
     },
 }

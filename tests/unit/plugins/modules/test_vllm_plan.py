@@ -32,7 +32,7 @@ def test_recommendation_becomes_the_layout(run_module):
     assert [(r["name"], r["hosts"], r["tensor_parallel_size"], r["pipeline_parallel_size"], r["backend"]) for r in out["replicas"]] \
         == [("r0", ["gpu-a", "gpu-b"], 4, 2, "ray")]
     assert out["summary"][0].startswith("recommended: tp=4 pp=2 backend=ray; 1 replica(s) fit these nodes")
-    assert out["summary"][1].startswith("r0: tp=4 pp=2 backend=ray on gpu-a,gpu-b; per GPU 16.4 GiB weights")
+    assert out["summary"][1].startswith("r0: tp=4 pp=2 backend=ray on gpu-a GPUs 0,1,2,3 + gpu-b GPUs 0,1,2,3, port 8000; per GPU 16.4 GiB weights")
 
 
 def test_explicit_single_node_replicas(run_module):

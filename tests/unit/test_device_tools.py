@@ -1,0 +1,103 @@
+"""The GPU device's tools (tests/device): the systemd stand-in's reading of a unit, the dummy-weight models'
+tokenizers, and the vLLM log reader that holds the planner against vLLM."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+DEVICE = os.path.join(os.path.dirname(__file__), "..", "device")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location("device_" + name, os.path.join(DEVICE, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_unit = _load("run_unit")
+models = _load("models")
+vllm_memory = _load("vllm_memory")
+
+UNIT = """# managed
+[Unit]
+Description=x
+After=network-online.target
+[Service]
+User=vllm
+Environment=HOME=/var/lib/vllm/r0
+Environment="CUDA_VISIBLE_DEVICES=GPU-1,GPU-2" A=from-unit
+EnvironmentFile=-{missing}
+EnvironmentFile={env}
+StateDirectory=vllm/r0
+WorkingDirectory=/var/lib/vllm/r0
+ExecStart=/opt/vllm/current/bin/ray start --block \\
+  --node-ip-address=${{RAY_NODE_IP_ADDRESS}} \\
+  --temp-dir=$HOME/ray
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_unit_is_read_as_systemd_would(tmp_path):
+    env = tmp_path / "network.env"
+    env.write_text("# comment\nRAY_NODE_IP_ADDRESS=10.0.0.11\nA=from-file\n")
+    unit = tmp_path / "ray-head.service"
+    unit.write_text(UNIT.format(missing=tmp_path / "absent.env", env=env))
+    spec = run_unit.plan(str(unit))
+    assert spec["argv"] == ["/opt/vllm/current/bin/ray", "start", "--block", "--node-ip-address=10.0.0.11",
+                            "--temp-dir=/var/lib/vllm/r0/ray"]
+    assert spec["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-1,GPU-2"
+    assert spec["env"]["A"] == "from-file"  # an EnvironmentFile wins over Environment=
+    assert spec["env"]["NCCL_NVLS_ENABLE"] == "0"
+    assert (spec["user"], spec["group"], spec["cwd"], spec["state_dirs"]) == ("vllm", "vllm", "/var/lib/vllm/r0",
+                                                                              ["/var/lib/vllm/r0"])
+
+
+def test_a_required_environment_file_that_is_missing_refuses_the_start(tmp_path):
+    unit = tmp_path / "x.service"
+    unit.write_text("[Service]\nEnvironmentFile=%s\nExecStart=/bin/true\n" % (tmp_path / "absent"))
+    with pytest.raises(SystemExit, match="EnvironmentFile .* is missing"):
+        run_unit.plan(str(unit))
+
+
+@pytest.mark.parametrize("name", sorted(models.SHAPES))
+def test_every_token_id_of_the_model_decodes(name):
+    config = models.SHAPES[name]
+    files = models.tokenizer_files(config["vocab_size"], config["bos_token_id"], config["eos_token_id"])
+    vocab = files["tokenizer.json"]["model"]["vocab"]
+    assert sorted(vocab.values()) == list(range(config["vocab_size"]))
+    assert vocab["</s>"] == config["eos_token_id"] and vocab["<s>"] == config["bos_token_id"]
+    json.dumps(files)
+
+
+def test_published_shapes_give_the_published_parameter_counts():
+    from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import model_shape_from_config
+    params = dict((name, model_shape_from_config(config)["params"]) for name, config in models.SHAPES.items())
+    # Published: Llama 3.1 8B 8.03 B, Qwen2.5-32B 32.5 B (32.8 B with its biases and untied head), Llama 3.1 70B 70.6 B.
+    assert round(params["llama-3.1-8b"] / 1e9, 2) == 8.03
+    assert round(params["qwen2.5-32b"] / 1e9, 1) == 32.8
+    assert round(params["llama-3.1-70b-fp8"] / 1e9, 1) == 70.6
+
+
+# The format vLLM 0.26.0 logs (vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/gpu_worker.py); figures made up.
+LOG = """(EngineCore pid=9) INFO 12-04 21:00:01 [gpu_model_runner.py:5348] Model loading took 14.99 GiB memory and 3.2 seconds
+(EngineCore pid=9) INFO 12-04 21:00:09 [gpu_worker.py:561] Available KV cache memory: 107.52 GiB
+(EngineCore pid=9) INFO 12-04 21:00:09 [kv_cache_utils.py:2177] GPU KV cache size: 880,800 tokens
+(EngineCore pid=9) INFO 12-04 21:00:09 [kv_cache_utils.py:2179] Maximum concurrency for 8,192 tokens per request: 107.52x
+"""
+
+
+def test_vllm_log_figures_are_read():
+    assert vllm_memory.parse_log(LOG) == {"weights_gib": 14.99, "available_kv_gib": 107.52, "kv_cache_tokens": 880800.0,
+                                          "max_concurrency": 107.52, "max_concurrency_tokens": 8192.0}
+
+
+def test_planner_and_vllm_side_by_side():
+    out = vllm_memory.compare(models.SHAPES["llama-3.1-8b"], LOG, 143771, 0.9, 8192)
+    assert out["planner"]["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    assert out["planner"]["max_concurrency"] == round(out["planner"]["kv_cache_tokens"] / 8192.0, 2)
+    assert out["kv_tokens_ratio"] == round(out["planner"]["kv_cache_tokens"] / 880800.0, 4)
+    assert out["vllm"]["runtime_overhead_gib"] == round(143771 / 1024.0 * 0.9 - 14.99 - 107.52, 2)
