@@ -7,6 +7,15 @@
 #   bash tests/device/gpu_serve.sh accept SHAPE       acceptance load stages + the independent client against it
 #   bash tests/device/gpu_serve.sh stop               stop the replica (and Ray)
 # Several phases may follow each other in one call: gpu_serve.sh start llama-3.1-8b -- stop -- start qwen2.5-32b
+#
+# The device sequence (the machine goes back 30 s after a call, so send each call right after the last one):
+#   here:      bash tests/device/wheels.sh                                   (10 pieces of 56 MiB)
+#   calls 1-10: carry [".whl-pieces/part-NN"], run: bash tests/device/stash_piece.sh
+#   call 11:   gpu_serve.sh setup -- start llama-3.1-8b                       (about 5 min)
+#   call 12:   gpu_serve.sh accept llama-3.1-8b -- stop                       (about 5 min)
+#   call 13:   gpu_serve.sh start qwen2.5-32b -- stop -- start llama-3.1-70b-fp8 -- stop
+#   call 14:   gpu_serve.sh start llama-3.1-8b ray -- stop                    (Ray head unit + Ray executor)
+# Each call's $OUT/<phases>.tgz holds every capture so far (logs, rendered units, plans, reports, comparisons).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dev=$repo/tests/device

@@ -102,17 +102,23 @@ def test_container_ray_backend(tmp_path):
     assert head[head.index(IMAGE) + 1:head.index(IMAGE) + 3] == ["start", "--block"]
 
 
-@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.32.0", "vllm/vllm-openai@sha256:abc", ""])
-def test_container_mode_refuses_an_image_without_a_digest(tmp_path, image):
+def _preflight_refuses(tmp_path, extra):
+    """Run vllm_serve's preflight for host a alone; return its output, which must be a refusal."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"vars": LOCAL, "hosts": {"a": {"ansible_host": "10.0.0.11"}}}}))
-    variables = dict(BASE, vllm_serve_hosts=["a"], vllm_serve_runtime="container", vllm_serve_image=image)
+    variables = dict(BASE, vllm_serve_hosts=["a"], **extra)
     cmd = [shutil.which("ansible"), "a", "-i", str(inventory), "-c", "local", "-m", "ansible.builtin.include_role",
            "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=preflight.yml", "-e", json.dumps(variables)]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode != 0
-    assert "name@sha256:<64 hex>" in run.stdout + run.stderr
+    return run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.32.0", "vllm/vllm-openai@sha256:abc", ""])
+def test_container_mode_refuses_an_image_without_a_digest(tmp_path, image):
+    assert "name@sha256:<64 hex>" in _preflight_refuses(tmp_path, {"vllm_serve_runtime": "container",
+                                                                   "vllm_serve_image": image})
 
 
 def test_each_replica_unit_owns_exactly_its_gpus(tmp_path):
@@ -154,12 +160,5 @@ def test_container_units_get_one_cdi_device_per_gpu(tmp_path):
 
 
 def test_cuda_visible_devices_in_the_environment_is_refused(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"vars": LOCAL, "hosts": {"a": {"ansible_host": "10.0.0.11"}}}}))
-    variables = dict(BASE, vllm_serve_hosts=["a"], vllm_serve_environment={"CUDA_VISIBLE_DEVICES": "0"})
-    cmd = [shutil.which("ansible"), "a", "-i", str(inventory), "-c", "local", "-m", "ansible.builtin.include_role",
-           "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=preflight.yml", "-e", json.dumps(variables)]
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode != 0
-    assert "vllm_serve_environment sets CUDA_VISIBLE_DEVICES" in run.stdout + run.stderr
+    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"CUDA_VISIBLE_DEVICES": "0"}})
+    assert "vllm_serve_environment sets CUDA_VISIBLE_DEVICES" in output
