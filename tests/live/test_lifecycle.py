@@ -110,6 +110,9 @@ def test_collect_bundle_names_the_cause_of_a_stopped_rank():
                         "model.json"):
             assert "%s/nodes/%s/%s" % (base, host, capture) in names
     assert "%s/nodes/node1/ray.json" % base in names and "%s/loadbalancer/haproxy-stats.csv" % base in names
+    # The Ray units by the names ray_cluster writes (the bundle once asked for a ray.service no role writes).
+    assert "ray-head.service" in texts["%s/nodes/node1/units.txt" % base]
+    assert "ray-worker.service" in texts["%s/nodes/node2/units.txt" % base]
     assert json.loads(texts["%s/nodes/node3/model.json" % base])["verified"] is True
     assert "vllm:" in texts["%s/nodes/node3/metrics-r1.txt" % base]
     summary = texts["%s/SUMMARY.md" % base]
