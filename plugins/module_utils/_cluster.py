@@ -24,6 +24,7 @@ from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._placement i
     assign_gpus,
     assign_ports,
     host_gpus,
+    stages_on_host,
 )
 
 _MIB = 1024 * 1024
@@ -99,7 +100,7 @@ def replica_gpu_usage(replicas):
     usage = {}
     for replica in replicas:
         hosts = replica["hosts"]
-        per_host = replica["tensor_parallel_size"] * (replica["pipeline_parallel_size"] if len(hosts) == 1 else 1)
+        per_host = replica["tensor_parallel_size"] * stages_on_host(replica)
         for host in hosts:
             usage.setdefault(host, []).append((replica["name"], per_host))
     return usage

@@ -11,7 +11,11 @@ first, the rest are packed best-fit so small groups do not break up the islands 
 
 from __future__ import annotations
 
+import re
+
 DEFAULT_PORT = 8000
+# What NVML and nvidia-smi print for a GPU or MIG device; anything else never reaches a unit file.
+_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
 
 
 def stages_on_host(replica):
@@ -36,7 +40,7 @@ def _island_of(groups, gpu):
     return next((index for index, group in enumerate(groups) if gpu in group), None)
 
 
-def _explicit(index, replica, host):
+def _explicit(replica, host):
     """The replica's ``gpus`` for this host: a list (the same on every host) or a dict host -> list."""
     gpus = replica.get("gpus")
     if isinstance(gpus, dict):
@@ -86,7 +90,7 @@ def assign_gpus(replicas, nodes):
     groups = dict((name, _link_groups(node)) for name, node in nodes.items())
     for index, replica in enumerate(replicas):
         for host in replica["hosts"]:
-            gpus = _explicit(index, replica, host)
+            gpus = _explicit(replica, host)
             if gpus is None:
                 continue
             found = _check_explicit(index, replica, host, nodes[host], gpus, groups[host])
@@ -102,7 +106,7 @@ def assign_gpus(replicas, nodes):
     for index, replica in enumerate(replicas):
         tp = replica["tensor_parallel_size"]
         for host in replica["hosts"]:
-            if host in assignment[replica["name"]] or _explicit(index, replica, host) is not None:
+            if _explicit(replica, host) is not None:
                 continue
             free = set(range(nodes[host]["gpu_count"])) - set(gpu for (where, gpu) in owner if where == host)
             taken = []
@@ -191,7 +195,7 @@ def unit_gpus(indices, facts_gpus=None):
     if missing:
         raise ValueError("GPU(s) %s are not among the host's GPUs %s" % (missing, sorted(uuids)))
     names = [uuids.get(i) or str(i) for i in indices]
-    if not all(name.startswith(("GPU-", "MIG-")) for name in names):
+    if not all(_UUID.match(name) for name in names):
         names = [str(i) for i in indices]
     return {
         "visible_devices": ",".join(names),

@@ -185,3 +185,8 @@ def test_unit_gpus_names_gpus_by_uuid_where_the_facts_know_them():
     assert unit_gpus([1])["visible_devices"] == "1"
     with pytest.raises(ValueError, match=r"GPU\(s\) \[7\] are not among the host's GPUs \[0, 1, 2, 3\]"):
         unit_gpus([7], facts)
+
+
+def test_a_uuid_that_is_not_one_never_reaches_the_unit():
+    facts = [{"index": 0, "uuid": "GPU-1 ExecStartPre=/bin/sh"}, {"index": 1, "uuid": "GPU-2aaaaaaa"}]
+    assert unit_gpus([0, 1], facts)["visible_devices"] == "0,1"
