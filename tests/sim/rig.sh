@@ -23,6 +23,11 @@ MODELS=${LLMSERVE_SIM_MODELS:-$CACHE/models}
 # Packages baked into the image: hosts have no route to any registry.
 PACKAGES=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-packaging,python3-apt,libnuma1,iproute2,iputils-ping,procps,sudo,ca-certificates,nftables,haproxy,curl,rsync
 SOURCES=${LLMSERVE_SIM_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+# Each host's own cgroup subtree, <hierarchy>/$CGROUP/nodeN, in every hierarchy systemd uses (the unified one, and
+# name=systemd where the machine mounts it too). nspawn puts its container under <its own cgroup>/payload: started
+# from one shared cgroup, every host would get the same payload directory, and same-named units on two hosts
+# would share one cgroup (a oneshot started on all hosts at once failed with 219/CGROUP).
+CGROUP=${LLMSERVE_SIM_CGROUP:-llmsim-$BRIDGE}
 
 log() { echo "rig: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -97,8 +102,61 @@ boot_node() {
   die "node$1: nspawn did not start"
 }
 
+cgroup_roots() {  # the cgroup hierarchies nspawn's container lives in: cgroup2 alone, or unified + name=systemd
+  if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+    echo /sys/fs/cgroup
+  else
+    local root
+    for root in /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do [ -d "$root" ] && echo "$root"; done
+  fi
+  return 0
+}
+
+cgroup_enter() {  # cgroup_enter INDEX: move this shell (and so the nspawn it starts) into the host's own subtree
+  local root
+  for root in $(cgroup_roots); do
+    mkdir -p "$root/$CGROUP/node$1"
+    echo "$BASHPID" >"$root/$CGROUP/node$1/cgroup.procs"
+  done
+}
+
+cgroup_procs() {  # PIDs still in the rig's cgroup subtrees, one a line
+  local root
+  for root in $(cgroup_roots); do
+    [ -d "$root/$CGROUP" ] && find "$root/$CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done
+  return 0
+}
+
+cgroup_remove() {  # after every host stopped: end what is left in the subtrees (only this rig's), then remove them
+  local root dir
+  if [ -n "$(cgroup_procs)" ]; then
+    log "processes left in the rig's cgroups after its hosts stopped: killing them ($(cgroup_procs | tr '\n' ' '))"
+    for root in $(cgroup_roots); do
+      [ -f "$root/$CGROUP/cgroup.kill" ] && echo 1 >"$root/$CGROUP/cgroup.kill"
+    done
+    cgroup_procs | xargs -r kill -KILL 2>/dev/null || true
+    for _ in $(seq 1 20); do [ -z "$(cgroup_procs)" ] && break; sleep 0.25; done
+  fi
+  for root in $(cgroup_roots); do
+    [ -d "$root/$CGROUP" ] || continue
+    # Deepest first: a cgroup directory is removed with rmdir once it has no children and no processes.
+    find "$root/$CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    [ -d "$root/$CGROUP" ] && log "could not remove $root/$CGROUP: $(cgroup_procs | wc -l) process(es) left in it"
+  done
+  return 0
+}
+
+leftovers() {  # what a previous rig of this name left running: its nspawn processes and cgroup subtrees
+  local root found=()
+  pgrep -f "systemd-nspawn .*--network-bridge=$BRIDGE( |$)" >/dev/null && found+=("nspawn processes on bridge $BRIDGE ($(pgrep -d, -f "systemd-nspawn .*--network-bridge=$BRIDGE( |$)"))")
+  for root in $(cgroup_roots); do [ -d "$root/$CGROUP" ] && found+=("cgroup $root/$CGROUP"); done
+  [ ${#found[@]} -eq 0 ] || printf '%s; ' "${found[@]}"
+}
+
 run_node() {  # run_node INDEX: keep one host booted; a reboot inside it ends nspawn with status 133
   local i=$1 dir="$STATE/nodes/node$1" rc
+  cgroup_enter "$i"
   while :; do
     SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 systemd-nspawn --quiet --boot --register=no --keep-unit --machine="node$i" \
       --directory="$dir/root" --network-bridge="$BRIDGE" --bind="$STATE/shared-cache:/srv/vllm-cache" --bind-ro="$MODELS:/srv/model-import" \
@@ -162,6 +220,9 @@ up() {
   COUNT=${1:-3}
   [ "$(id -u)" -eq 0 ] || die "run as root (nspawn, overlay mounts and the bridge need it)"
   [ -d "$STATE/nodes" ] && die "a rig is already up in $STATE: run '$0 down' first"
+  local left
+  left=$(leftovers)
+  [ -z "$left" ] || die "a previous rig left ${left}run '$0 down' (same LLMSERVE_SIM_* settings) to clear them"
   need_tools
   local image
   image=$(image_dir)
@@ -181,7 +242,7 @@ up() {
 }
 
 down() {
-  [ -d "$STATE" ] || { log "nothing to take down"; return 0; }
+  [ -d "$STATE" ] || { cgroup_remove; log "nothing to take down"; return 0; }
   local dir
   for dir in "$STATE"/nodes/*/; do
     [ -f "$dir/pid" ] || continue
@@ -206,6 +267,7 @@ down() {
     fi
     mountpoint -q "$dir/root" && umount "$dir/root"
   done
+  cgroup_remove
   if [ -f "$STATE/wheelhouse.pid" ]; then kill -TERM "$(cat "$STATE/wheelhouse.pid")" 2>/dev/null || true; fi
   ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
   rm -rf "$STATE"
