@@ -23,10 +23,16 @@ def _num(value):
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def replica_metrics(sampled):
-    """Server-side view of one replica during a step: queue, KV cache, tokens/s (from /metrics deltas)."""
+def replica_metrics(sampled, load_seconds=None):
+    """Server-side view of one replica during a step: queue, KV cache, tokens/s (from /metrics deltas).
+
+    Tokens/s is over the load's own window (``load_seconds``, the bench's duration) where known: the scrape window
+    also holds the client's start-up and ready check, which put 2,057 tok/s beside a load of 10,368 on the H200.
+    """
     first, last, peak = sampled.get("first") or {}, sampled.get("last") or {}, sampled.get("max") or {}
     elapsed = (last.get("time", 0.0) - first.get("time", 0.0)) if first and last else 0.0
+    if load_seconds and 0 < load_seconds <= elapsed:
+        elapsed = load_seconds
 
     def delta(name):
         if name not in first or name not in last:
@@ -70,7 +76,8 @@ def step_summary(entry):
         "error_samples": bench.get("error_samples", []),
         "broke": entry.get("broke", ""),
         "output_tail": entry.get("output_tail", ""),
-        "replicas": {name: replica_metrics(sampled) for name, sampled in sorted((entry.get("metrics") or {}).items())},
+        "replicas": {name: replica_metrics(sampled, _num(bench.get("duration")))
+                     for name, sampled in sorted((entry.get("metrics") or {}).items())},
     }
     for metric in _LATENCIES:
         summary[metric + "_ms"] = {
@@ -197,9 +204,28 @@ def _restart_gates(restart):
     return gates
 
 
+def installed_versions(topology, package):
+    """The versions of ``package`` the topology stage found installed, one per distinct value across hosts."""
+    found = {((record or {}).get("versions") or {}).get(package) for record in ((topology or {}).get("hosts") or {}).values()}
+    return sorted(version for version in found if version)
+
+
+def with_running_versions(cluster, topology):
+    """The cluster block with the vLLM and Ray versions the hosts run (the pins when no host was read): the H200 report
+    printed an empty vLLM version where the inventory named no pin."""
+    cluster = dict(cluster)
+    for package in ("vllm", "ray"):
+        running = installed_versions(topology, package)
+        pin = cluster.get("%s_version" % package) or ""
+        cluster["%s_pin" % package] = pin
+        cluster["%s_version" % package] = ", ".join(running) if running else pin
+    return cluster
+
+
 def build_report(stages, slo, cluster, run_id):
     """The report document (schema_version 1, documented in README)."""
     stages = stages or {}
+    cluster = with_running_versions(cluster, stages.get("topology"))
     replica_names = [replica["name"] for replica in cluster.get("replicas", [])]
     report = {"schema_version": SCHEMA_VERSION, "run": run_id, "cluster": cluster, "slo": slo, "stages": {}, "baseline": {}}
     out = report["stages"]
@@ -352,8 +378,8 @@ def render_markdown(report, plots):
     cluster = report["cluster"]
     lines = ["# vLLM acceptance report %s: %s" % (report["run"], report["verdict"].upper()), "",
              "Model %s at %s, vLLM %s, Ray %s, endpoint %s." % (
-                 cluster.get("model", ""), cluster.get("revision", ""), cluster.get("vllm_version", ""),
-                 cluster.get("ray_version", ""), cluster.get("endpoint", "")), "",
+                 cluster.get("model", ""), cluster.get("revision", ""), cluster.get("vllm_version") or "(unknown)",
+                 cluster.get("ray_version") or "(unknown)", cluster.get("endpoint", "")), "",
              _md_table(["stage", "verdict"], [[stage, verdict] for stage, verdict in report["stage_verdicts"].items()]), ""]
     for title, header, rows in report_tables(report):
         lines += ["## " + title, "", _md_table(header, rows), ""]

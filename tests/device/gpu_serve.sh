@@ -64,8 +64,10 @@ render() {  # render SHAPE BACKEND: the roles write /etc/systemd/system/{ray-hea
     env='{"RAY_ADDRESS": "127.0.0.1:6379"}'
     raygpus='[0]'
   fi
+  local versions
+  versions=$("$runtime/bin/python" -c 'import json, ray, vllm; print(json.dumps({"vllm_cluster_vllm_version": vllm.__version__, "vllm_cluster_ray_version": ray.__version__})[1:-1])')
   cat >"$state/vars-$shape-$backend.json" <<EOF
-{"vllm_cluster_model": {"id": "device/$shape", "revision": "$(printf '%s' "$shape" | sha1sum | cut -c1-40)",
+{$versions, "vllm_cluster_model": {"id": "device/$shape", "revision": "$(printf '%s' "$shape" | sha1sum | cut -c1-40)",
   "served_name": "$shape", "config_path": "$models/$shape/config.json"},
  "device_model_path": "$models/$shape", "vllm_serve_extra_args": $extra],
  "vllm_serve_environment": $env, "ray_cluster_gpus": $raygpus,
@@ -107,9 +109,22 @@ EOF
   event start "\"shape\": \"$shape\", \"backend\": \"$backend\", \"pid\": $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$state/vllm.pid.json")"
   nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 >"$state/capture/smi-$shape-$backend.csv" &
   echo $! >"$state/smi.pid"
+  # The wait ends as soon as the server's process is gone (no systemd here to say so; vllm_ready does on a host).
   python3 "$repo/roles/acceptance/files/probe.py" ready http://127.0.0.1:8000 "$shape" 540 "$state/key" \
-    >"$state/capture/ready-$shape-$backend.json"
-  local rc=$?
+    >"$state/capture/ready-$shape-$backend.json" &
+  local probe=$! pid rc
+  pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$state/vllm.pid.json")
+  while kill -0 "$probe" 2>/dev/null; do
+    # A dead server no init reaps stays a zombie, which kill -0 still finds.
+    if [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] || ! kill -0 "$pid" 2>/dev/null; then
+      kill "$probe" 2>/dev/null
+      echo "{\"reached\": false, \"detail\": \"vLLM process $pid exited\"}" >"$state/capture/ready-$shape-$backend.json"
+      break
+    fi
+    sleep 1
+  done
+  wait "$probe"
+  rc=$?
   event ready "\"shape\": \"$shape\", \"backend\": \"$backend\", \"rc\": $rc, \"start_to_first_token_s\": $(python3 -c "import time; print(round(time.time() - $t0, 1))")"
   kill "$(cat "$state/smi.pid")" 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >"$state/capture/mem-ready-$shape-$backend.csv"

@@ -34,6 +34,9 @@ SHAPES = {
                                                                          "activation_scheme": "dynamic",
                                                                          "ignored_layers": ["lm_head"]}),
 }
+# Special-token names as Llama 3.1 spells them. They must be longer than any "t<id>" plus the space decode puts
+# between words: vLLM rejects a prompt of more than max_input_tokens * (longest vocab entry) characters.
+BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 CHAT_TEMPLATE = ("{% for message in messages %}{{ message['content'] }} {% endfor %}"
                  "{% if add_generation_prompt %}{{ '' }}{% endif %}")
 
@@ -41,7 +44,7 @@ CHAT_TEMPLATE = ("{% for message in messages %}{{ message['content'] }} {% endfo
 def tokenizer_files(vocab_size, bos_id, eos_id):
     """tokenizer.json (WordLevel, whitespace-split) of exactly vocab_size tokens, with bos/eos at the config's ids."""
     vocab = dict(("t%d" % i, i) for i in range(vocab_size))
-    specials = {bos_id: "<s>", eos_id: "</s>"} if bos_id != eos_id else {eos_id: "</s>"}
+    specials = {bos_id: BOS, eos_id: EOS} if bos_id != eos_id else {eos_id: EOS}
     for token_id, token in specials.items():
         del vocab["t%d" % token_id]
         vocab[token] = token_id
@@ -50,8 +53,8 @@ def tokenizer_files(vocab_size, bos_id, eos_id):
     tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
                  "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
                  "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": specials.get(bos_id, "</s>"), "eos_token": "</s>",
-              "unk_token": "t0", "pad_token": "</s>", "model_max_length": 131072, "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": specials.get(bos_id, EOS), "eos_token": EOS,
+              "unk_token": "t0", "pad_token": EOS, "model_max_length": 131072, "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False}
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
 
 

@@ -38,7 +38,7 @@ def _render(tmp_path, extra):
                          [os.path.join(REPO, "tests", "integration", "units", "render.yml")],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    return {name: (tmp_path / name).read_text() for name in os.listdir(tmp_path) if name.endswith(".service")}
+    return {name: (tmp_path / name).read_text() for name in os.listdir(tmp_path) if name.endswith((".service", ".env"))}
 
 
 def _settings(unit, key):
@@ -162,3 +162,19 @@ def test_container_units_get_one_cdi_device_per_gpu(tmp_path):
 def test_cuda_visible_devices_in_the_environment_is_refused(tmp_path):
     output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"CUDA_VISIBLE_DEVICES": "0"}})
     assert "vllm_serve_environment sets CUDA_VISIBLE_DEVICES" in output
+
+
+def test_flashinfer_sampler_is_off_unless_asked_for(tmp_path):
+    # CUDA vLLM 0.26 died at its first sample on the H200 when FlashInfer's sampler tried to JIT-compile in the unit
+    # (no ninja, nvcc or CUDA headers there): shared/fixtures/gpu/h200-device-20261206.
+    (tmp_path / "default").mkdir()
+    (tmp_path / "asked").mkdir()
+    default = _render(tmp_path / "default", {"vllm_serve_hosts": ["a"]})["a-vllm.env"].split("\n")
+    assert "VLLM_USE_FLASHINFER_SAMPLER=0" in default
+    asked = _render(tmp_path / "asked", {"vllm_serve_hosts": ["a"], "vllm_serve_flashinfer_sampler": True})
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in asked["a-vllm.env"]
+
+
+def test_flashinfer_sampler_in_the_environment_is_refused(tmp_path):
+    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"VLLM_USE_FLASHINFER_SAMPLER": "1"}})
+    assert "vllm_serve_environment sets VLLM_USE_FLASHINFER_SAMPLER" in output and "vllm_serve_flashinfer_sampler" in output

@@ -9,11 +9,13 @@ Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the 
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
-from sim_hosts import REPO, SteadyClient, address, haproxy_status as _haproxy_status, load_inventory, ssh
+from sim_hosts import (INVENTORY, REPO, SteadyClient, address, ansible_env, haproxy_status as _haproxy_status,
+                       load_inventory, ssh)
 
 HOSTS = load_inventory()[0]
 NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
@@ -83,6 +85,42 @@ def test_sigkill_vllm_replica():
     _record("sigkill_vllm", result)
     assert _pid(host, "vllm-r1.service") not in (0, pid), "systemd did not start a new vLLM"
     assert result["failed_after_fault"] == 0, result
+
+
+def test_readiness_wait_fails_within_seconds_when_the_engine_dies_during_start_up():
+    """The one readiness definition (vllm_ready) gives up when the unit restarts, instead of polling a refused port
+    for the whole timeout as deploy did while a CUDA engine died at its first sample (issue 25)."""
+    host = NODES[-1]
+    ssh(host, "systemctl restart vllm-r1.service")
+    args = json.dumps({"url": "http://%s:8000" % address(host), "model": "tiny-llama", "unit": "vllm-r1.service",
+                       "api_key": "{{ vllm_cluster_api_key }}", "timeout": 600, "log_lines": 10})
+    waiting = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "ansible"), host, "-i", INVENTORY, "-o",
+                                "-m", "llmserve.vllm_cluster.vllm_ready", "-a", args],
+                               env=ansible_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Kill only once the module is polling on the host (pipelined: a bare python3 reading it from stdin) and has
+        # read the unit's state, while vLLM is still starting.
+        _wait("vllm_ready running on %s" % host,
+              lambda: ssh(host, "pgrep -f '^/usr/bin/python3$'", check=False).returncode == 0, time.monotonic(),
+              limit=60, step=0.2)
+        time.sleep(1)
+        assert ssh(host, "curl -s -o /dev/null -w '%%{http_code}' http://%s:8000/health" % address(host),
+                   check=False).stdout != "200", "r1 was already serving: the kill would not be during start-up"
+        pid = _pid(host, "vllm-r1.service")
+        killed_at = time.monotonic()
+        ssh(host, "kill -KILL %d" % pid)
+        output = waiting.communicate(timeout=120)[0]
+        failed_after = round(time.monotonic() - killed_at, 1)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    _record("readiness_engine_killed_at_start", {"failed_after_kill_s": failed_after, "output": output[-600:]})
+    assert "FAILED" in output and "systemd" in output and "vllm-r1.service" in output, output
+    # Seconds: one poll interval plus systemctl and SSH, not the 600 s timeout.
+    assert failed_after < 15, (failed_after, output)
+    # systemd's restart brings r1 back for the tests after this one.
+    since = time.monotonic()
+    _wait("r1 back in rotation", lambda: _haproxy_status("r1") == "UP", since)
 
 
 def test_sigkill_ray_worker():

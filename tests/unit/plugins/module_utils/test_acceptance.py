@@ -26,6 +26,25 @@ def test_replica_metrics_are_deltas_over_the_step():
     assert server["waiting_max"] == 3.0 and server["kv_cache_usage_max"] == 0.25
 
 
+def test_replica_tokens_per_s_are_over_the_loads_own_window():
+    step = _step(4, 100.0)
+    step["metrics"]["r0"]["last"]["time"] = 20.0   # scraped from before the client started to after it ended
+    assert a.step_summary(step)["replicas"]["r0"]["output_tokens_per_s"] == 100.0   # 500 tokens over the 5 s load
+    step["bench"] = {}
+    assert a.step_summary(step)["replicas"]["r0"]["output_tokens_per_s"] == 25.0    # no bench: the scrape window
+
+
+def test_the_report_names_the_versions_the_hosts_run():
+    topology = {"hosts": {"n1": {"versions": {"vllm": "0.26.0", "ray": "2.60.0"}},
+                          "n2": {"versions": {"vllm": "0.26.0", "ray": ""}}}}
+    report = a.build_report({"topology": topology}, SLO, {"replicas": [], "vllm_version": "0.26.0"}, "x")
+    assert report["cluster"]["vllm_version"] == "0.26.0" and report["cluster"]["ray_version"] == "2.60.0"
+    unpinned = a.build_report({}, SLO, {"replicas": []}, "x")
+    assert "vLLM (unknown), Ray (unknown)" in a.render_markdown(unpinned, {})
+    mixed = {"hosts": {"n1": {"versions": {"vllm": "0.26.0"}}, "n2": {"versions": {"vllm": "0.27.0"}}}}
+    assert a.build_report({"topology": mixed}, SLO, {"replicas": []}, "x")["cluster"]["vllm_version"] == "0.26.0, 0.27.0"
+
+
 def test_the_knee_is_the_last_step_before_the_first_broken_one():
     summary = {"steps": [a.step_summary(_step(c, ttft)) for c, ttft in ((1, 100.0), (2, 200.0), (4, 450.0), (8, 900.0))]}
     sweep = a.sweep_analysis(summary, {"p95_ttft_ms": 500.0, "p95_itl_ms": 50.0}, replica_count=2)
