@@ -20,6 +20,7 @@ from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner imp
     plan_parallelism,
     validate_parallelism,
 )
+from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._inputs import model_errors, replica_name_errors
 from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._placement import (
     assign_gpus,
     assign_ports,
@@ -126,7 +127,7 @@ def _gpu_fit_errors(index, replica, nodes):
 
 def check_replica_layout(replicas, nodes, reserved_ports=None):
     """Structural checks over all replicas; returns error strings naming vllm_cluster_replicas."""
-    errors = []
+    errors = replica_name_errors(replicas)
     seen = set()
     for index, replica in enumerate(replicas):
         label = replica.get("name") or "#%d" % index
@@ -230,7 +231,8 @@ def _replicas_from_recommendation(recommendation):
 
 def plan_cluster(params):
     """Plan or check every replica; returns ``(result, errors)``. Reads only model.config_path."""
-    errors = []
+    # Every format fault at once, before any planning: these values reach units, files and haproxy.cfg.
+    errors = model_errors(params["model"]) + replica_name_errors(params["replicas"])
     shape = _load_shape(params["model"])
     workload = params["workload"] or {}
     options = params["planner_options"] or {}

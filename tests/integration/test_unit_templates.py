@@ -102,13 +102,13 @@ def test_container_ray_backend(tmp_path):
     assert head[head.index(IMAGE) + 1:head.index(IMAGE) + 3] == ["start", "--block"]
 
 
-def _preflight_refuses(tmp_path, extra):
+def _preflight_refuses(tmp_path, extra, tasks_from="preflight.yml"):
     """Run vllm_serve's preflight for host a alone; return its output, which must be a refusal."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"vars": LOCAL, "hosts": {"a": {"ansible_host": "10.0.0.11"}}}}))
     variables = dict(BASE, vllm_serve_hosts=["a"], **extra)
     cmd = [shutil.which("ansible"), "a", "-i", str(inventory), "-c", "local", "-m", "ansible.builtin.include_role",
-           "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=preflight.yml", "-e", json.dumps(variables)]
+           "-a", "name=llmserve.vllm_cluster.vllm_serve tasks_from=%s" % tasks_from, "-e", json.dumps(variables)]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode != 0
@@ -178,3 +178,17 @@ def test_flashinfer_sampler_is_off_unless_asked_for(tmp_path):
 def test_flashinfer_sampler_in_the_environment_is_refused(tmp_path):
     output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"VLLM_USE_FLASHINFER_SAMPLER": "1"}})
     assert "vllm_serve_environment sets VLLM_USE_FLASHINFER_SAMPLER" in output and "vllm_serve_flashinfer_sampler" in output
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"vllm_serve_served_name": "tiny llama;id"}, "vllm_serve_served_name 'tiny llama;id' may hold only"),
+    ({"vllm_serve_extra_args": ["--api-key", "k" * 20]}, "vllm_serve_extra_args[0] sets --api-key"),
+    ({"vllm_serve_extra_args": ["--max-num-seqs=8\nExecStartPre=/bin/sh"]}, "vllm_serve_extra_args[0] holds a line break"),
+    ({"vllm_serve_environment": {"A": "1\nLD_PRELOAD=/tmp/x.so"}}, "vllm_serve_environment[A] holds a line break"),
+    ({"vllm_serve_api_key": "k" * 20 + "\nLD_PRELOAD=/tmp/x.so"}, "vllm_serve_api_key (vllm_cluster_api_key) must be"),
+])
+def test_hostile_values_are_refused_before_any_host_changes(tmp_path, extra, words):
+    # The first play of deploy.yml runs host_preflight.yml on every node: these reach ExecStart and the env file.
+    output = _preflight_refuses(tmp_path, extra, "host_preflight.yml")
+    assert words in output, output[-2000:]
+    assert "LD_PRELOAD" not in output or "vllm_serve_environment" in words

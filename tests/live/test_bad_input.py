@@ -128,7 +128,24 @@ CASES = {
         ["port 8080 on node1 is already taken by HAProxy (loadbalancer_port)"]),
     "api_key_missing": (
         "no API key", {"vllm_cluster_api_key": ""}, {}, {}, {},
-        ["vllm_serve_api_key (vllm_cluster_api_key) is missing", "Set vllm_cluster_api_key"]),
+        ["vllm_serve_api_key (vllm_cluster_api_key) must be at least 16 printable characters", "openssl rand"]),
+    # Hostile values that used to get past the first play (issue 16): each would reach a unit, a file or argv.
+    "model_id_with_shell_metacharacters": (
+        "a model id with a shell command in it", model(id="x/y; touch /tmp/p #"), {}, {}, {},
+        ["vllm_cluster_model.id 'x/y; touch /tmp/p #' is not a hub repo id"]),
+    "served_name_with_space_and_semicolon": (
+        "a served name that split ExecStart into two names", model(served_name="tiny llama;id"), {}, {}, {},
+        ["vllm_cluster_model.served_name 'tiny llama;id' may hold only", "no spaces"]),
+    "replica_name_as_a_path": (
+        "a replica name that climbs out of /etc/vllm", replicas((1, {"name": "../../etc/evil"})), {}, {}, {},
+        ["vllm_cluster_replicas[1].name '../../etc/evil'"]),
+    "api_key_with_a_newline": (
+        "an API key that adds LD_PRELOAD to the environment file",
+        {"vllm_cluster_api_key": "sim-api-key-0123456789\nLD_PRELOAD=/tmp/p.so"}, {}, {}, {},
+        ["must be at least 16 printable characters with no whitespace"]),
+    "extra_args_set_the_api_key": (
+        "the API key passed on vLLM's command line", {"vllm_serve_extra_args": ["--api-key", "sim-api-key-0123456789"]},
+        {}, {}, {}, ["vllm_serve_extra_args[0] sets --api-key", "vllm_cluster_api_key"]),
     "ray_version_differs_across_nodes": (
         "node3 pins another Ray", {}, {"node3": {"vllm_cluster_ray_version": "2.59.0"}}, {}, {},
         ["node3=2.59.0", "once for the group vllm_nodes"]),

@@ -87,3 +87,14 @@ def test_config_path(run_module, tmp_path):
     assert not result.failed
     missing = run_module(vllm_plan.main, _args(model={"config_path": str(tmp_path / "nope.json")}))
     assert "vllm_cluster_model.config_path" in missing.result["msg"] and "cannot be read as JSON" in missing.result["msg"]
+
+
+def test_hostile_model_id_served_name_and_replica_name_are_refused_by_the_plan(run_module):
+    model = dict(MODEL, id="x/y; touch /tmp/p #", served_name="tiny llama;id")
+    replicas = [{"name": "../../etc/evil", "hosts": ["gpu-a"], "tensor_parallel_size": 4, "pipeline_parallel_size": 1}]
+    result = run_module(vllm_plan.main, _args(model=model, replicas=replicas))
+    assert result.failed
+    errors = result.result["errors"]
+    assert any(e.startswith("vllm_cluster_model.id 'x/y; touch /tmp/p #' is not a hub repo id") for e in errors), errors
+    assert any(e.startswith("vllm_cluster_model.served_name 'tiny llama;id'") for e in errors), errors
+    assert any(e.startswith("vllm_cluster_replicas[0].name '../../etc/evil'") for e in errors), errors
