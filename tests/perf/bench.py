@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -42,6 +43,7 @@ RIG = os.path.join(REPO, "tests", "sim", "rig.sh")
 INVENTORY = os.environ.get("LLMSERVE_SIM_INVENTORY", os.path.join(REPO, "inventories", "sim", "hosts.yml"))
 GOALS = {
     "P1": "<= 1.25", "P2_changed": "0", "P2_3": "<= 20 s", "P2_scale": "<= 1.3",
+    "P2_cost": "<= 25 modules, <= 3 s CPU per host",
     "P3": "<= 1.2", "P4": "within 5 %",
 }
 # P4's load: below the sim's knee, long enough (about 20 s) that one run is representative.
@@ -108,12 +110,27 @@ def fresh_rig(count):
 LOGS = []   # [directory]: where each playbook's whole output goes, set by main()
 
 
+COSTS = []  # [{"cpu_s": controller CPU seconds, "modules": {host: module executions}}] of each playbook run, in order
+
+
 def playbook(name, *args):
-    """Run one playbook; returns (seconds, {host: changed}). Its output is kept in the run's directory."""
+    """Run one playbook; returns (seconds, {host: changed}). Its output is kept in the run's directory; what it cost
+    the controller (CPU of ansible-playbook, its forks and SSH clients; module executions per host) goes to COSTS."""
     argv = ["ansible-playbook", os.path.join(REPO, "playbooks", name), "-i", INVENTORY] + list(args)
+    counts = os.path.join(LOGS[0] if LOGS else "/tmp", ".module-count.json")
+    env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, "tests", "perf", "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="module_count", LLMSERVE_MODULE_COUNT_FILE=counts)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False, env=env)
     seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    modules = {}
+    if os.path.exists(counts):
+        with open(counts) as handle:
+            modules = {host: entry["modules"] for host, entry in json.load(handle).items()}
+        os.replace(counts, counts.replace(".module-count", "%02d-%s.modules" % (len(COSTS), name.replace(".yml", ""))))
+    COSTS.append({"cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1), "modules": modules})
     if LOGS:
         path = os.path.join(LOGS[0], "%02d-%s.log" % (len(os.listdir(LOGS[0])), name.replace(".yml", "")))
         with open(path, "w") as handle:
@@ -238,12 +255,18 @@ def _inventory_var(name):
 
 def noop(runs=2):
     """A no-op deploy.yml, twice: (fastest seconds, every run's seconds, most changed on any host)."""
-    times, changed = [], 0
+    times, changed, cpu, modules = [], 0, [], {}
     for _unused in range(runs):
         seconds, recap = playbook("deploy.yml")
         times.append(round(seconds, 1))
         changed = max(changed, *recap.values())
-    return {"seconds": min(times), "runs": times, "changed": changed}
+        cpu.append(COSTS[-1]["cpu_s"])
+        modules = COSTS[-1]["modules"]
+    hosts = max(len(recap), 1)
+    nodes = [count for host, count in modules.items() if host in recap]
+    return {"seconds": min(times), "runs": times, "changed": changed, "controller_cpu_s": min(cpu),
+            "controller_cpu_s_per_host": round(min(cpu) / hosts, 2), "modules_per_host": modules,
+            "modules_per_host_max": max(nodes) if nodes else None}
 
 
 # --- P3 --------------------------------------------------------------------------------------------------------
@@ -345,8 +368,14 @@ def table(figures):
         rows.append(("P2 no-op deploy.yml, %s hosts" % count, "%.1f s (runs %s), changed %d" % (
             entry["seconds"], ", ".join("%.1f" % t for t in entry["runs"]), entry["changed"]),
             "%.1f s" % entry["seconds"], GOALS["P2_3"] + ", changed 0" if count == "3" else "changed 0"))
+        if "controller_cpu_s" in entry:
+            rows.append(("P2 no-op, %s hosts: module runs per host (most), controller CPU" % count, "%s; %.1f s CPU" % (
+                ", ".join("%s %d" % item for item in sorted(entry["modules_per_host"].items())), entry["controller_cpu_s"]),
+                "%s; %.2f s/host" % (entry["modules_per_host_max"], entry["controller_cpu_s_per_host"]), GOALS["P2_cost"]))
     if "scale_12_3" in p2:
         rows.append(("P2 no-op 12 hosts / 3 hosts", "", "%.2f" % p2["scale_12_3"], GOALS["P2_scale"]))
+    if "cpu_scale_12_3" in p2:
+        rows.append(("P2 no-op 12 hosts / 3 hosts, controller CPU", "", "%.2f" % p2["cpu_scale_12_3"], "-"))
     p3 = figures.get("P3")
     if not p3:
         rows.append(("P3 restart -> first token / bare start", "not run", "-", GOALS["P3"]))
@@ -433,6 +462,7 @@ def main():
         sizes_done = figures["P2"]["hosts"]
         if "12" in sizes_done and "3" in sizes_done:
             figures["P2"]["scale_12_3"] = sizes_done["12"]["seconds"] / sizes_done["3"]["seconds"]
+            figures["P2"]["cpu_scale_12_3"] = sizes_done["12"]["controller_cpu_s"] / sizes_done["3"]["controller_cpu_s"]
 
     with open(os.path.join(artifacts, "perf.json"), "w") as handle:
         json.dump(figures, handle, indent=1, sort_keys=True)
