@@ -151,12 +151,18 @@ accept() {  # accept SHAPE: the role's load stages, then the independent client 
   report=$(find /tmp/acceptance -name report.json | sort | tail -1)
   [ -n "$report" ] && cp "$report" "$state/capture/report-$shape.json" && cp "$(dirname "$report")/report.md" "$state/capture/report-$shape.md"
   [ "$rc" -eq 0 ] || grep -E "fatal|FAILED|failed=" "$state/capture/accept-$shape.log" | tail -10
-  # The second client: the same shape as the sweep's steps, at the knee's concurrency (or the last step).
-  local knee
-  knee=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]["sweep"]; print(s.get("knee_concurrency") or s["ladder"][-1]["concurrency"])' \
+  # The second client, several processes, at two of the sweep's levels (the knee and the level below it) with the
+  # sweep's shape; second_client.py holds each against the report's step (the goal: within 10 % on tok/s and TTFT p50).
+  local levels
+  levels=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]["sweep"]; c=[x["concurrency"] for x in s["ladder"]]; k=s.get("knee_concurrency") or c[-1]; i=c.index(k); print(" ".join(str(x) for x in c[max(0, i - 1):i + 1]))' \
     "$state/capture/report-$shape.json" 2>/dev/null || echo 16)
-  "$runtime/bin/python" "$dev/independent_client.py" http://127.0.0.1:8000 "$shape" "$state/key" "$knee" $((knee * 4)) 128 64 \
-    | tee "$state/capture/independent-$shape.json"
+  local level
+  for level in $levels; do
+    "$runtime/bin/python" "$dev/independent_client.py" http://127.0.0.1:8000 "$shape" "$state/key" "$level" $((level * 4)) 128 64 \
+      | tee "$state/capture/independent-$shape-c$level.json"
+  done
+  python3 "$dev/second_client.py" "$state/capture/report-$shape.json" "$state"/capture/independent-"$shape"-c*.json \
+    | tee "$state/capture/second-client-$shape.json"
 }
 
 stop() {

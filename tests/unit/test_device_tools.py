@@ -20,6 +20,7 @@ def _load(name):
 run_unit = _load("run_unit")
 models = _load("models")
 vllm_memory = _load("vllm_memory")
+second_client = _load("second_client")
 
 UNIT = """# managed
 [Unit]
@@ -126,3 +127,20 @@ def test_the_planner_against_vllm_on_the_real_h200_start():
     # Never above vLLM (a plan that promises more KV than vLLM allocates would overcommit concurrency). The goal is
     # within 2 %; this run is 2.2 % under (the planner's 4.31 GiB of overhead against vLLM's 1.87 GiB).
     assert 0.97 <= out["kv_tokens_ratio"] <= 1.0, out
+
+
+def test_the_second_client_is_held_against_the_reports_sweep_level_by_level():
+    # REAL CAPTURE: the H200 run's report and its one-process client at c=256 (4,487 tok/s against 10,368).
+    with open(os.path.join(H200_RUN, "report-llama-3.1-8b.json")) as handle:
+        report = json.load(handle)
+    with open(os.path.join(H200_RUN, "independent-llama-3.1-8b.json")) as handle:
+        one_process = json.load(handle)
+    out = second_client.compare(report, [one_process])
+    assert out["levels"][0]["concurrency"] == 256 and out["levels"][0]["tok_s_ratio"] == round(4487.5 / 10367.81970628827, 3)
+    assert not out["levels"][0]["agree"] and not out["met"]
+    # Two agreeing levels meet the goal; a CPU-bound client's level does not count.
+    close = [dict(one_process, concurrency=c, output_tokens_per_s=tok * 1.05, ttft_ms={"p50": ttft * 0.95},
+                  client_saturated=False) for c, tok, ttft in ((64, 6824.52, 166.4), (256, 10367.8, 541.5))]
+    assert second_client.compare(report, close)["met"]
+    close[0]["client_saturated"] = True
+    assert not second_client.compare(report, close)["met"]
