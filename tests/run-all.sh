@@ -148,8 +148,11 @@ pytest_stage "pytest (unit, integration)" "$out/pytest.xml" tests/unit tests/int
 bg_collect
 
 stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated hosts)" molecule_sim
-# Figures only (tests/perf/bench.py asserts nothing about time); it fails on a no-op that changed something.
-stage "perf bench, short (P2 no-op deploy, P3 restart-to-ready, P4 acceptance client overhead)" python3 tests/perf/bench.py --short
+# Figures only (tests/perf/bench.py asserts nothing about time); it fails on a no-op that changed something. P3 and
+# P4 (restart-to-ready, the acceptance client's overhead: 8 of the stage's 10 minutes on the 2-core machine) prove
+# nothing and are left to the bench's own runs: with them, CI came within 7 minutes of its 90-minute limit.
+stage "perf bench, short (P2 no-op deploy: module runs per host, controller CPU)" \
+  python3 tests/perf/bench.py --short --only P2
 pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
