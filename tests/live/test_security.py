@@ -269,3 +269,31 @@ def test_a_rules_change_leaves_no_moment_without_rules(outside, tmp_path):
     assert counts["attempts"] > 1000, counts
     assert counts["connected"] == 0, counts
     assert restarted == started, "the firewall unit was restarted (stopped, then started) instead of reloaded"
+
+
+def test_a_flushed_table_is_reported_by_drift_and_restored_by_a_re_deploy(tmp_path):
+    """After `nft flush ruleset` every file and unit is as written: the role must read the kernel to notice."""
+    host = NODES[-1]
+    playbook = tmp_path / "firewall.yml"
+    playbook.write_text(FIREWALL_PLAY % host)
+    inventory = os.path.join(REPO, "inventories", "sim")
+
+    def run(*args):
+        done = subprocess.run(playbook_argv(str(playbook), inventory, *args), cwd=REPO, env=ansible_env(),
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-3000:]
+        return recap(done.stdout)[host]["changed"]
+
+    ssh(host, "nft flush ruleset")
+    try:
+        assert ssh(host, "nft list table inet llmserve", check=False).returncode != 0
+        drift = run("--check")
+        assert drift >= 1, "check mode reported no change with the table gone"
+        assert ssh(host, "nft list table inet llmserve", check=False).returncode != 0, "check mode changed the host"
+        restored = run()
+    finally:
+        # Whatever happened above, the host ends with its table (the unit's reload loads the same file).
+        ssh(host, "nft list table inet llmserve >/dev/null 2>&1 || nft --file /etc/llmserve/firewall.nft")
+    assert restored >= 1 and "chain input" in ssh(host, "nft list table inet llmserve").stdout
+    assert run() == 0, "a run after the restore changed something"
+    _save("flushed-table.json", {"host": host, "drift_changed": drift, "restore_changed": restored})
