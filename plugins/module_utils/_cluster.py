@@ -127,7 +127,7 @@ def _gpu_fit_errors(index, replica, nodes):
 
 def check_replica_layout(replicas, nodes, reserved_ports=None):
     """Structural checks over all replicas; returns error strings naming vllm_cluster_replicas."""
-    errors = replica_name_errors(replicas)
+    errors = []
     seen = set()
     for index, replica in enumerate(replicas):
         label = replica.get("name") or "#%d" % index
