@@ -153,7 +153,7 @@ stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated host
 # nothing and are left to the bench's own runs: with them, CI came within 7 minutes of its 90-minute limit.
 stage "perf bench, short (P2 no-op deploy: module runs per host, controller CPU)" \
   python3 tests/perf/bench.py --short --only P2
-pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
+pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, rollout, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
 why_failed

@@ -118,7 +118,8 @@ def exit_code(command, status, hosts, failures, changes, outputs):
         return commands.EXIT_TIMEOUT
     report = outputs.get("acceptance_verdict") or {}
     upgrade = outputs.get("upgrade_record") or {}
-    if upgrade.get("outcome") == "rolled_back" or report.get("verdict") == "fail":
+    rolled_back = upgrade.get("outcome") == "rolled_back" or outputs.get("rolling_restart_rollback")
+    if rolled_back or report.get("verdict") == "fail":
         return commands.EXIT_GATE
     if any(host["failed"] for host in hosts.values()) or any(not failure["unreachable"] for failure in failures):
         return commands.EXIT_FAILED

@@ -68,16 +68,17 @@ def load_balancer():
 
 
 class SteadyClient:
-    """Two workers sending short completions through HAProxy back to back; every request is recorded."""
+    """Workers sending short completions through HAProxy (back to back, or ``pause`` seconds apart); every request
+    is recorded."""
 
-    def __init__(self, workers=2):
+    def __init__(self, workers=2, pause=0.0):
         self.url = "http://%s:8080/v1/completions" % address(load_balancer())
         group_vars = load_inventory()[1]
         self.body = json.dumps({"model": group_vars["vllm_cluster_model"]["served_name"], "prompt": "hello",
                                 "max_tokens": 8}).encode()
         self.headers = {"Authorization": "Bearer " + group_vars["vllm_cluster_api_key"],
                         "Content-Type": "application/json"}
-        self.records, self.stop = [], threading.Event()
+        self.records, self.stop, self.pause = [], threading.Event(), pause
         self.threads = [threading.Thread(target=self._run, daemon=True) for worker in range(workers)]
 
     def _run(self):
@@ -89,6 +90,7 @@ class SteadyClient:
                 error = str(exc)[:200]
                 time.sleep(0.5)
             self.records.append({"start": start, "end": time.monotonic(), "error": error})
+            self.stop.wait(self.pause)
 
     def __enter__(self):
         for thread in self.threads:

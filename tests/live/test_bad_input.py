@@ -146,6 +146,9 @@ CASES = {
     "extra_args_set_the_api_key": (
         "the API key passed on vLLM's command line", {"vllm_serve_extra_args": ["--api-key", "sim-api-key-0123456789"]},
         {}, {}, {}, ["vllm_serve_extra_args[0] sets --api-key", "vllm_cluster_api_key"]),
+    "serving_floor_not_a_number": (
+        "a serving floor spelt out", {"vllm_cluster_min_serving_replicas": "one"}, {}, {}, {},
+        ["vllm_cluster_min_serving_replicas must be a whole number of replicas, 0 or more (got one)"]),
     "ray_version_differs_across_nodes": (
         "node3 pins another Ray", {}, {"node3": {"vllm_cluster_ray_version": "2.59.0"}}, {}, {},
         ["node3=2.59.0", "once for the group vllm_nodes"]),

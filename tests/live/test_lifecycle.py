@@ -35,7 +35,7 @@ def serving_before():
 
 def test_rolling_restart_under_load_fails_no_request():
     before = main_pids()
-    with SteadyClient() as client:
+    with SteadyClient(workers=1, pause=0.2) as client:
         result, progress = runbook("rolling-restart")
     assert result["exit_code"] == 0 and result["status"] == "successful", progress[-3000:]
     assert all(host["failed"] == 0 and host["unreachable"] == 0 for host in result["hosts"].values())
@@ -74,6 +74,9 @@ def test_drift_names_each_differing_pin_and_changes_nothing():
     unit_diffs = "\n".join(change.get("diff", "") for change in changes if change["area"] == "vLLM unit" and change["host"] == "node3")
     assert "--max-model-len 512" in unit_diffs and "--max-model-len 1024" in unit_diffs and "0" * 40 in unit_diffs
     assert "model revision / cache" in by_area
+    # What a real run would restart, one replica at a time, and why (deploy --check --diff lists it).
+    restarts = {entry["replica"]: entry["hosts"] for entry in result["outputs"]["deploy_restarts"]}
+    assert restarts == {"r0": {"node1": ["unit"], "node2": ["unit"]}, "r1": {"node3": ["unit"]}}, restarts
     assert API_KEY not in json.dumps(result) and API_KEY not in progress
     record("drift", {"changes": len(changes), "areas": {area: sorted(hosts) for area, hosts in by_area.items()},
                      "seconds": result["seconds"]})
@@ -84,6 +87,7 @@ def test_deploy_through_the_runbook_changes_nothing_on_a_deployed_cluster():
     assert result["exit_code"] == 0 and result["status"] == "successful", progress[-3000:]
     assert set(result["hosts"]) == set(NODES)
     assert all(host["changed"] == 0 and host["failed"] == 0 for host in result["hosts"].values()), result["hosts"]
+    assert result["outputs"]["deploy_restarts"] == [], "a no-op deploy restarts nothing"
     deployed = result["outputs"]["deploy_record"]
     assert deployed["endpoint"].endswith(":8080/v1") and len(deployed["replicas"]) == 2 and os.path.exists(deployed["path"])
     assert API_KEY not in json.dumps(result)

@@ -76,7 +76,7 @@ def test_failed_gate_rolls_the_canary_back(new_revision):
 
 def test_passing_gate_upgrades_every_replica_without_a_failed_request(new_revision):
     wait_up()
-    with SteadyClient() as client:
+    with SteadyClient(workers=1, pause=0.2) as client:
         result, progress = runbook("upgrade", "-e", "upgrade_model_revision=%s" % new_revision["revision"],
                                    "-e", "model_cache_source_path=%s" % new_revision["source"])
     assert result["exit_code"] == 0 and result["verdict"] == "upgraded", progress[-4000:]

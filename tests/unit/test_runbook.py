@@ -61,6 +61,10 @@ def test_acceptance_verdict_and_upgrade_rollback_are_gates():
               event("runner_on_ok", ansible_facts={"upgrade_record": {"outcome": "rolled_back"}})]
     built = result.build("upgrade", "successful", 0, STATS_OK, rolled)
     assert built.exit_code == 3 and built.verdict == "rolled_back"
+    put_back = [event("runner_on_ok", ansible_facts={"rolling_restart_rollback": {"replica": "r0", "serves_again": True}}),
+                event("runner_on_failed", task="Stop the roll at r0", msg="r0 failed its gate")]
+    built = result.build("deploy", "failed", 2, dict(STATS_OK, failures={"lb1": 1}), put_back)
+    assert built.exit_code == 3 and built.outputs["rolling_restart_rollback"]["replica"] == "r0"
 
 
 def test_extra_vars_forms(tmp_path):
