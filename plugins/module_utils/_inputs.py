@@ -100,11 +100,29 @@ def extra_args_errors(args, variable="vllm_serve_extra_args"):
     return errors
 
 
+# Names the roles write into the replica's environment or unit themselves: set in vllm_serve_environment they would
+# silently win (a later line of the same file) or fight the plan. Each maps to where the value belongs.
+OWNED_ENVIRONMENT = {
+    "VLLM_API_KEY": "the API key, which vllm_cluster_api_key sets (from a vault); this copy would replace it unseen",
+    "CUDA_VISIBLE_DEVICES": "the GPUs the plan gives each replica, and would let two replicas share a GPU; name them "
+                            "with gpus: [...] on the replica in vllm_cluster_replicas instead",
+    "VLLM_USE_FLASHINFER_SAMPLER": "the sampler choice, which vllm_serve_flashinfer_sampler owns: set it true "
+                                   "(FlashInfer's sampler; the unit then needs nvcc, ninja and CUDA_HOME) or leave it "
+                                   "false (vLLM's own sampler, no compiler at run time)",
+    "RAY_ADDRESS": "the Ray head of the cluster, which the plan and the ray_cluster role give a Ray replica",
+    "HF_HUB_OFFLINE": "offline mode: replicas read only the staged, verified snapshot (model_cache)",
+}
+
+
 def environment_errors(environment, variable="vllm_serve_environment"):
-    """An environment for an EnvironmentFile: names as the shell takes them, values on one line."""
+    """An environment for an EnvironmentFile: names as the shell takes them, values on one line, none of the names
+    the roles own."""
     errors = []
     for name, value in sorted((environment or {}).items(), key=lambda item: str(item[0])):
-        if not ENV_NAME.match(str(name)):
+        if str(name) in OWNED_ENVIRONMENT:
+            errors.append("%s sets %s, which the collection writes itself: %s. Remove it from %s"
+                          % (variable, name, OWNED_ENVIRONMENT[str(name)], variable))
+        elif not ENV_NAME.match(str(name)):
             errors.append("%s has the name %s; environment names are letters, digits and '_', not starting with a digit"
                           % (variable, _shown(name)))
         elif any(char in str(value) for char in "\n\r\x00"):

@@ -160,7 +160,7 @@ def test_container_units_get_one_cdi_device_per_gpu(tmp_path):
 
 
 def test_cuda_visible_devices_in_the_environment_is_refused(tmp_path):
-    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"CUDA_VISIBLE_DEVICES": "0"}})
+    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"CUDA_VISIBLE_DEVICES": "0"}}, "host_preflight.yml")
     assert "vllm_serve_environment sets CUDA_VISIBLE_DEVICES" in output
 
 
@@ -176,7 +176,8 @@ def test_flashinfer_sampler_is_off_unless_asked_for(tmp_path):
 
 
 def test_flashinfer_sampler_in_the_environment_is_refused(tmp_path):
-    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"VLLM_USE_FLASHINFER_SAMPLER": "1"}})
+    output = _preflight_refuses(tmp_path, {"vllm_serve_environment": {"VLLM_USE_FLASHINFER_SAMPLER": "1"}},
+                                "host_preflight.yml")
     assert "vllm_serve_environment sets VLLM_USE_FLASHINFER_SAMPLER" in output and "vllm_serve_flashinfer_sampler" in output
 
 

@@ -149,6 +149,10 @@ CASES = {
     "serving_floor_not_a_number": (
         "a serving floor spelt out", {"vllm_cluster_min_serving_replicas": "one"}, {}, {}, {},
         ["vllm_cluster_min_serving_replicas must be a whole number of replicas, 0 or more (got one)"]),
+    "environment_replaces_the_api_key": (
+        "an environment entry that would replace the API key unseen (a later line of the same file)",
+        {"vllm_serve_environment": {"VLLM_API_KEY": "another-key-0123456789"}}, {}, {}, {},
+        ["vllm_serve_environment sets VLLM_API_KEY, which the collection writes itself", "vllm_cluster_api_key"]),
     "ray_version_differs_across_nodes": (
         "node3 pins another Ray", {}, {"node3": {"vllm_cluster_ray_version": "2.59.0"}}, {}, {},
         ["node3=2.59.0", "once for the group vllm_nodes"]),

@@ -67,3 +67,10 @@ def test_environment_names_and_one_line_values():
     errors = i.environment_errors({"OK_NAME": "1", "BAD-NAME": "1", "MULTI": "a\nLD_PRELOAD=/x.so", "1X": "2"})
     assert len(errors) == 3 and any("MULTI" in e and "line break" in e for e in errors)
     assert i.environment_errors({"VLLM_CPU_KVCACHE_SPACE": 1, "OMP_NUM_THREADS": "1"}) == []
+
+
+@pytest.mark.parametrize("name", sorted(i.OWNED_ENVIRONMENT))
+def test_environment_names_the_roles_write_are_refused_with_where_they_belong(name):
+    errors = i.environment_errors({name: "s3cret-value", "OMP_NUM_THREADS": "1"})
+    assert len(errors) == 1 and errors[0].startswith("vllm_serve_environment sets %s, which the collection writes" % name)
+    assert "s3cret-value" not in errors[0]
