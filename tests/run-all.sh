@@ -154,6 +154,8 @@ stage "molecule sim (deploy, idempotence, acceptance, verify on 3 simulated host
 stage "perf bench, short (P2 no-op deploy: module runs per host, controller CPU)" \
   python3 tests/perf/bench.py --short --only P2
 pytest_stage "live tests (acceptance report, bad input, faults, lifecycle, rollout, security, summary, upgrade)" "$out/pytest-live.xml" tests/live
+# Last on the rig: teardown.yml takes everything away, so nothing may run after it but the rig's own removal.
+pytest_stage "teardown (services first, firewall last, nothing left)" "$out/pytest-teardown.xml" tests/teardown
 molecule destroy -s sim >/dev/null 2>&1 || tests/sim/rig.sh down
 
 why_failed
