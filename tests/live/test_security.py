@@ -7,10 +7,12 @@ for in every process's command line, the journal, world-readable files and Ansib
 Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the rig is up and deployed.
 """
 
+import http.server
 import json
 import os
 import subprocess
 import textwrap
+import threading
 
 import pytest
 
@@ -297,3 +299,51 @@ def test_a_flushed_table_is_reported_by_drift_and_restored_by_a_re_deploy(tmp_pa
     assert restored >= 1 and "chain input" in ssh(host, "nft list table inet llmserve").stdout
     assert run() == 0, "a run after the restore changed something"
     _save("flushed-table.json", {"host": host, "drift_changed": drift, "restore_changed": restored})
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A stand-in hub on the controller's bridge address: records each request's Authorization header and refuses it."""
+
+    seen = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.seen.append({"path": self.path, "authorization": self.headers.get("Authorization", "")})
+        body = b'{"error": "stand-in hub"}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_hub_token_reaches_the_hub_but_no_command_line_and_is_removed():
+    """A real model_cache download on node3 (source hf, a revision not staged yet) against a stand-in hub that refuses
+    it: huggingface_hub sends the token, which comes from a root-only file, while no process's command line on node3
+    holds it during the run; staging fails cleanly and the token file is gone afterwards."""
+    token = "hf_llmserveTestToken0123456789abcd"
+    controller = address(NODES[0]).rsplit(".", 1)[0] + ".1"
+    hub = http.server.ThreadingHTTPServer((controller, 0), _Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    extra = {"model_cache_source": "hf", "model_cache_hf_token": token, "model_cache_shared": False,
+             "model_cache_hf_endpoint": "http://%s:%d" % (controller, hub.server_address[1]),
+             "vllm_cluster_model": dict(GROUP_VARS["vllm_cluster_model"], revision="1" * 40)}
+    argv = [os.path.join(os.path.dirname(playbook_argv("x")[0]), "ansible"), "node3", "-i", os.path.join(REPO, "inventories", "sim"),
+            "-m", "ansible.builtin.include_role", "-a", "name=llmserve.vllm_cluster.model_cache", "-e", json.dumps(extra)]
+    seen_on_cmdline = []
+    try:
+        run = subprocess.Popen(argv, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while run.poll() is None:
+            found = ssh("node3", PATTERN + "grep -l -a -F -f $pat /proc/[0-9]*/cmdline 2>/dev/null; rm -f $pat",
+                        stdin=token, check=False).stdout.split()
+            seen_on_cmdline += found
+        output = run.stdout.read()
+    finally:
+        hub.shutdown()
+    assert run.returncode != 0 and "staging llmserve-sim/tiny-llama@" + "1" * 40 in output, output[-3000:]
+    assert token not in output
+    assert _Hub.seen and all(request["authorization"] == "Bearer " + token for request in _Hub.seen), _Hub.seen
+    assert not seen_on_cmdline, seen_on_cmdline
+    assert ssh("node3", "ls /run/llmserve-hf-token /srv/vllm-cache/.staging/*@%s 2>/dev/null" % ("1" * 40), check=False).stdout == ""
