@@ -327,7 +327,7 @@ def test_hub_token_reaches_the_hub_but_no_command_line_and_is_removed():
     controller = address(NODES[0]).rsplit(".", 1)[0] + ".1"
     hub = http.server.ThreadingHTTPServer((controller, 0), _Hub)
     threading.Thread(target=hub.serve_forever, daemon=True).start()
-    extra = {"model_cache_source": "hf", "model_cache_hf_token": token, "model_cache_shared": False,
+    extra = {"model_cache_source": "hf", "model_cache_hf_token": token, "model_cache_stage_host": "node3",
              "model_cache_hf_endpoint": "http://%s:%d" % (controller, hub.server_address[1]),
              "vllm_cluster_model": dict(GROUP_VARS["vllm_cluster_model"], revision="1" * 40)}
     argv = [os.path.join(os.path.dirname(playbook_argv("x")[0]), "ansible"), "node3", "-i", os.path.join(REPO, "inventories", "sim"),
