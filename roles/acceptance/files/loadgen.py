@@ -102,9 +102,9 @@ def summarize_errors(errors):
     return [{"error": text, "count": count} for text, count in sorted(counts.items(), key=lambda kv: -kv[1])[:10]]
 
 
-def run_step(spec, step, key, out_dir):
-    name = step["name"]
-    result_file = "%s.json" % name
+def bench_argv(spec, step, result_file, out_dir):
+    """vllm bench serve's command line for one step. ``ready_check_timeout_s: 0`` skips its initial single-prompt
+    test, which aborts the whole run when a fault hits the replica that test went to (the failure stage's load)."""
     argv = list(spec["bench"]) + [
         "--backend", spec.get("backend", "openai"),
         "--base-url", spec["base_url"],
@@ -129,6 +129,13 @@ def run_step(spec, step, key, out_dir):
         argv += ["--max-concurrency", str(step["concurrency"])]
     if step.get("request_rate"):
         argv += ["--request-rate", str(step["request_rate"])]
+    return argv
+
+
+def run_step(spec, step, key, out_dir):
+    name = step["name"]
+    result_file = "%s.json" % name
+    argv = bench_argv(spec, step, result_file, out_dir)
     env = dict(os.environ, OPENAI_API_KEY=key, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     scraper = Scraper(spec.get("metrics", {}), key, spec.get("scrape_interval_s", 1.0))
     log(out_dir, "step %s: %s prompts, in %s / out %s tokens, concurrency %s, rate %s" % (

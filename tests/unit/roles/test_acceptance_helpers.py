@@ -86,3 +86,13 @@ def test_the_fault_prefers_a_worker_then_the_engine_core(monkeypatch):
     assert fault.victim(10) == 11
     names[11] = "python3"
     assert fault.victim(10) == 10
+
+
+def test_a_step_can_skip_the_bench_initial_test_the_failure_stage_would_break():
+    spec = {"bench": ["vllm", "bench", "serve"], "base_url": "http://lb:8080", "model": "m", "tokenizer": "/t"}
+    step = {"input_len": 32, "output_len": 16, "num_prompts": 30, "request_rate": 1}
+    default = loadgen.bench_argv(spec, step, "s.json", "/out")
+    assert default[default.index("--ready-check-timeout-sec") + 1] == "60"
+    skipped = loadgen.bench_argv(dict(spec, ready_check_timeout_s="0"), step, "s.json", "/out")
+    assert skipped[skipped.index("--ready-check-timeout-sec") + 1] == "0"
+    assert skipped[skipped.index("--request-rate") + 1] == "1" and "--max-concurrency" not in skipped
