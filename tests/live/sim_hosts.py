@@ -116,6 +116,24 @@ class SteadyClient:
                 "failures_started_s_after_fault": [round(r["start"] - after, 2) for r in failed]}
 
 
+# The sim's replicas and the hosts their ranks run on (inventories/sim: r0 spans node1 and node2).
+REPLICA_HOSTS = {"r0": ["node1", "node2"], "r1": ["node3"]}
+
+
+def main_pids():
+    """Each replica rank's vLLM main PID as {"r0@node1": "1234", ...}: a changed PID is a restart."""
+    return {"%s@%s" % (replica, host): ssh(host, "systemctl show --property MainPID --value vllm-%s.service" % replica).stdout.strip()
+            for replica, hosts in REPLICA_HOSTS.items() for host in hosts}
+
+
+def wait_until_serving(timeout=600):
+    """Until every replica is UP in HAProxy: a test that restarts replicas starts from a serving cluster."""
+    deadline = time.monotonic() + timeout
+    while not all(haproxy_status(name) == "UP" for name in REPLICA_HOSTS):
+        assert time.monotonic() < deadline, "replicas not UP before the test"
+        time.sleep(2)
+
+
 def haproxy_status(replica):
     """The replica's status column in HAProxy's stats (UP, DOWN, DRAIN, MAINT, ...)."""
     csv = ssh(load_balancer(), "curl -s 'http://127.0.0.1:8404/stats;csv'").stdout

@@ -7,30 +7,16 @@ Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the 
 import json
 import os
 import tarfile
-import time
 
 import pytest
 
 from runbook_cli import record, runbook
-from sim_hosts import SteadyClient, haproxy_status, load_inventory, ssh
+from sim_hosts import REPLICA_HOSTS, SteadyClient, haproxy_status, load_inventory, main_pids, ssh
 
 HOSTS, GROUP_VARS = load_inventory()
 NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
-UNITS = {"r0": ["node1", "node2"], "r1": ["node3"]}
+pytestmark = pytest.mark.usefixtures("replicas_serving")
 API_KEY = GROUP_VARS["vllm_cluster_api_key"]
-
-
-def main_pids():
-    return {"%s@%s" % (replica, host): ssh(host, "systemctl show --property MainPID --value vllm-%s.service" % replica).stdout.strip()
-            for replica, hosts in UNITS.items() for host in hosts}
-
-
-@pytest.fixture(autouse=True)
-def serving_before():
-    deadline = time.monotonic() + 600
-    while not all(haproxy_status(name) == "UP" for name in UNITS):
-        assert time.monotonic() < deadline, "replicas not UP before the test"
-        time.sleep(2)
 
 
 def test_rolling_restart_under_load_fails_no_request():
@@ -48,7 +34,7 @@ def test_rolling_restart_under_load_fails_no_request():
     assert after["r0@node1"] == before["r0@node1"] and after["r0@node2"] == before["r0@node2"], (before, after)
     failed = [entry for entry in client.records if entry["error"]]
     assert len(client.records) > 20 and not failed, failed[:5]
-    assert all(haproxy_status(name) == "UP" for name in UNITS)
+    assert all(haproxy_status(name) == "UP" for name in REPLICA_HOSTS)
     record("rolling_restart", {"requests": len(client.records), "failed": len(failed), "seconds": result["seconds"],
                                "replicas": [{key: entry[key] for key in ("name", "sessions_at_drain", "drain_s", "ready_s", "back_s")}
                                             for entry in roll]})

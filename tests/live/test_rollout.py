@@ -14,35 +14,22 @@ import time
 import pytest
 
 from runbook_cli import ARTIFACTS, record, runbook
-from sim_hosts import SteadyClient, haproxy_status, load_inventory, ssh
+from sim_hosts import REPLICA_HOSTS, SteadyClient, haproxy_status, load_inventory, main_pids, ssh
 
 HOSTS, GROUP_VARS = load_inventory()
-UNITS = {"r0": ["node1", "node2"], "r1": ["node3"]}
+pytestmark = pytest.mark.usefixtures("replicas_serving")
 FILES = {"r0": ["/etc/vllm/r0.env", "/etc/systemd/system/vllm-r0.service"],
          "r1": ["/etc/vllm/r1.env", "/etc/systemd/system/vllm-r1.service"]}
 ENVIRONMENT = GROUP_VARS["vllm_serve_environment"]
 
 
-def main_pids():
-    return {"%s@%s" % (replica, host): ssh(host, "systemctl show --property MainPID --value vllm-%s.service" % replica).stdout.strip()
-            for replica, hosts in UNITS.items() for host in hosts}
-
-
 def file_digests():
     return {"%s:%s" % (host, path): ssh(host, "sha256sum %s" % path).stdout.split()[0]
-            for replica, hosts in UNITS.items() for host in hosts for path in FILES[replica]}
+            for replica, hosts in REPLICA_HOSTS.items() for host in hosts for path in FILES[replica]}
 
 
 def previous_dirs():
     return {host: ssh(host, "ls /etc/vllm/previous 2>/dev/null", check=False).stdout.split() for host in ("node1", "node2", "node3")}
-
-
-@pytest.fixture(autouse=True)
-def serving_before():
-    deadline = time.monotonic() + 600
-    while not all(haproxy_status(name) == "UP" for name in UNITS):
-        assert time.monotonic() < deadline, "replicas not UP before the test"
-        time.sleep(2)
 
 
 def test_a_change_that_breaks_replicas_stops_at_the_first_and_puts_it_back():
@@ -69,7 +56,7 @@ def test_a_change_that_breaks_replicas_stops_at_the_first_and_puts_it_back():
     assert previous_dirs() == {"node1": [], "node2": [], "node3": []}
     failed = [entry for entry in records if entry["error"]]
     assert len(records) > 20 and not failed, failed[:5]
-    assert all(haproxy_status(name) == "UP" for name in UNITS)
+    assert all(haproxy_status(name) == "UP" for name in REPLICA_HOSTS)
     record("rollout_rollback", {"requests": len(records), "failed": len(failed), "seconds": result["seconds"],
                                 "gate_failed_s": rollback["gate_failed_s"], "rolled_back_s": rollback["rolled_back_s"],
                                 "changes": rollback["changes"]})
@@ -102,7 +89,7 @@ def _reached(marker, since):
 def test_a_re_deploy_that_changes_every_replica_restarts_them_in_turn_with_no_failed_request():
     # Each replica's environment file differs from what the inventory renders (as after an inventory change), so
     # the re-deploy rewrites every one and must restart every replica, one at a time.
-    for replica, hosts in UNITS.items():
+    for replica, hosts in REPLICA_HOSTS.items():
         for host in hosts:
             ssh(host, "echo LLMSERVE_DRIFTED=1 >> /etc/vllm/%s.env" % replica)
     pids = main_pids()
@@ -116,11 +103,11 @@ def test_a_re_deploy_that_changes_every_replica_restarts_them_in_turn_with_no_fa
     after = main_pids()
     assert all(after[unit] != pids[unit] for unit in pids), (pids, after)
     assert all("LLMSERVE_DRIFTED" not in ssh(host, "cat /etc/vllm/%s.env" % replica).stdout
-               for replica, hosts in UNITS.items() for host in hosts)
+               for replica, hosts in REPLICA_HOSTS.items() for host in hosts)
     assert previous_dirs() == {"node1": [], "node2": [], "node3": []}
     failed = [entry for entry in records if entry["error"]]
     assert len(records) > 20 and not failed, failed[:5]
-    assert all(haproxy_status(name) == "UP" for name in UNITS)
+    assert all(haproxy_status(name) == "UP" for name in REPLICA_HOSTS)
     record("rollout_every_replica", {
         "requests": len(records), "failed": len(failed), "seconds": result["seconds"],
         "replicas": [{key: entry[key] for key in ("name", "drain_s", "ready_s", "back_s")} for entry in roll_record]})
