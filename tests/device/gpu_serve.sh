@@ -109,21 +109,11 @@ EOF
   event start "\"shape\": \"$shape\", \"backend\": \"$backend\", \"pid\": $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$state/vllm.pid.json")"
   nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 >"$state/capture/smi-$shape-$backend.csv" &
   echo $! >"$state/smi.pid"
-  # The wait ends as soon as the server's process is gone (no systemd here to say so; vllm_ready does on a host).
-  python3 "$repo/roles/acceptance/files/probe.py" ready http://127.0.0.1:8000 "$shape" 540 "$state/key" \
-    >"$state/capture/ready-$shape-$backend.json" &
-  local probe=$! pid rc
+  # The collection's readiness definition, with the server process standing in for the unit (no systemd here).
+  local pid rc
   pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$state/vllm.pid.json")
-  while kill -0 "$probe" 2>/dev/null; do
-    # A dead server no init reaps stays a zombie, which kill -0 still finds.
-    if [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] || ! kill -0 "$pid" 2>/dev/null; then
-      kill "$probe" 2>/dev/null
-      echo "{\"reached\": false, \"detail\": \"vLLM process $pid exited\"}" >"$state/capture/ready-$shape-$backend.json"
-      break
-    fi
-    sleep 1
-  done
-  wait "$probe"
+  PYTHONPATH=/tmp/collections python3 "$dev/wait_ready.py" http://127.0.0.1:8000 "$shape" 540 "$state/key" "$pid" \
+    >"$state/capture/ready-$shape-$backend.json"
   rc=$?
   event ready "\"shape\": \"$shape\", \"backend\": \"$backend\", \"rc\": $rc, \"start_to_first_token_s\": $(python3 -c "import time; print(round(time.time() - $t0, 1))")"
   kill "$(cat "$state/smi.pid")" 2>/dev/null

@@ -1,9 +1,13 @@
 """The GPU device's tools (tests/device): the systemd stand-in's reading of a unit, the dummy-weight models'
 tokenizers, and the vLLM log reader that holds the planner against vLLM."""
 
+import http.server
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -21,6 +25,7 @@ run_unit = _load("run_unit")
 models = _load("models")
 vllm_memory = _load("vllm_memory")
 second_client = _load("second_client")
+wait_ready = _load("wait_ready")
 
 UNIT = """# managed
 [Unit]
@@ -144,3 +149,42 @@ def test_the_second_client_is_held_against_the_reports_sweep_level_by_level():
     assert second_client.compare(report, close)["met"]
     close[0]["client_saturated"] = True
     assert not second_client.compare(report, close)["met"]
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200 if self.headers.get("Authorization") == "Bearer key" else 401)
+        self.end_headers()
+
+    def log_message(self, *_args):
+        pass
+
+
+def test_the_device_wait_ends_when_the_server_process_is_gone(tmp_path):
+    # The H200 run's old wait polled a refused port for 540 s after the engine had died at about 75 s.
+    key = tmp_path / "key"
+    key.write_text("key\n")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    argv = [sys.executable, os.path.join(DEVICE, "wait_ready.py"), "http://127.0.0.1:9", "m", "60", str(key), str(dead.pid)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    out = json.loads(run.stdout)
+    assert run.returncode == 1 and not out["ready"] and "process is gone" in out["reason"] and out["waited_s"] < 5, out
+
+
+def test_the_device_wait_answers_on_a_completion_with_the_key(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("key\n")
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        argv = [sys.executable, os.path.join(DEVICE, "wait_ready.py"), "http://127.0.0.1:%d" % server.server_port, "m",
+                "10", str(key), str(os.getpid())]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    finally:
+        server.shutdown()
+    out = json.loads(run.stdout)
+    assert run.returncode == 0 and out["ready"] and out["attempts"] == 1, out

@@ -1,9 +1,10 @@
 # Copyright: (c) 2026, llmserve maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait, with sub-second resolution, for a replica or the load balancer to reach a state; print JSON.
+"""Wait, with sub-second resolution, for the load balancer to report a replica in a state; print JSON.
 
-    probe.py ready URL MODEL TIMEOUT [KEY_FILE]     until a real one-token completion succeeds
     probe.py lb STATS_URL SERVER STATUS TIMEOUT     until HAProxy reports SERVER with STATUS (UP, DOWN)
+
+(Whether a replica answers is the vllm_ready module's question, the collection's one readiness definition.)
 
 Exits 0 with {"reached": true, "at": <epoch>, "waited_s": ...}, or 1 with reached false at the timeout.
 Standard library only; the time is this host's clock.
@@ -15,19 +16,6 @@ import json
 import sys
 import time
 import urllib.request
-
-
-def completion_ok(url, model, key):
-    body = json.dumps({"model": model, "prompt": "ready", "max_tokens": 1}).encode()
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer %s" % key
-    request = urllib.request.Request(url.rstrip("/") + "/v1/completions", data=body, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status == 200, "200"
-    except Exception as exc:  # pylint: disable=broad-except  # not ready yet is the normal case
-        return False, str(exc)[:200]
 
 
 def server_status(stats_url, server):
@@ -55,30 +43,17 @@ def wait(check, reached, timeout):
 
 
 def main():
-    mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    if mode == "ready":
-        url, model, timeout = sys.argv[2], sys.argv[3], float(sys.argv[4])
-        key = ""
-        if len(sys.argv) > 5:
-            with open(sys.argv[5]) as handle:
-                key = handle.read().strip()
+    if len(sys.argv) != 6 or sys.argv[1] != "lb":
+        sys.exit("usage: probe.py lb STATS_URL SERVER STATUS TIMEOUT")
+    stats_url, server, wanted, timeout = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
 
-        def check():
-            return completion_ok(url, model, key)
+    def check():
+        return server_status(stats_url, server)
 
-        def reached(ok, _detail):
-            return ok
-    elif mode == "lb":
-        stats_url, server, wanted, timeout = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+    def reached(ok, status):
+        # "DOWN" also matches HAProxy's transitional "DOWN 1/2"; "UP" must be steady, not "UP 1/2".
+        return ok and (status.startswith(wanted) if wanted == "DOWN" else status == wanted)
 
-        def check():
-            return server_status(stats_url, server)
-
-        def reached(ok, status):
-            # "DOWN" also matches HAProxy's transitional "DOWN 1/2"; "UP" must be steady, not "UP 1/2".
-            return ok and (status.startswith(wanted) if wanted == "DOWN" else status == wanted)
-    else:
-        sys.exit("usage: probe.py ready URL MODEL TIMEOUT [KEY_FILE] | lb STATS_URL SERVER STATUS TIMEOUT")
     result = wait(check, reached, timeout)
     print(json.dumps(result))
     sys.exit(0 if result["reached"] else 1)
