@@ -141,6 +141,10 @@ def assign_ports(replicas, reserved=None):
     errors, ports, taken = [], {}, {}
     for host, held in (reserved or {}).items():
         for port, holder in held.items():
+            # A reserved port comes straight from another host's inventory (loadbalancer_port on a load balancer).
+            if not str(port).isdigit() or not 0 < int(port) < 65536:
+                errors.append("%s on %s must be a port number 1-65535, got %r" % (holder, host, port))
+                continue
             taken[(host, int(port))] = holder
     for index, replica in enumerate(replicas):
         port = replica.get("port")

@@ -25,6 +25,7 @@ SECOND_PLAY = "PLAY [Pin the NVIDIA driver and fabric manager]"
 RESULTS = os.path.join(REPO, "artifacts", "reliability", "bad-input")
 H200 = {"sku": "NVIDIA H200", "memory_mib": 143771}
 GROUP_VARS = load_inventory()[1]
+LB_ALIAS = "lb0"
 
 
 def replicas(*changes):
@@ -165,6 +166,14 @@ CASES = {
     "wrong_type": (
         "a port that is not a number", {"loadbalancer_port": "eighty"}, {}, {}, {},
         ["loadbalancer_port", "int"]),
+    # lb0: a load balancer outside vllm_nodes (node1 under a second name), whose variables the first play never sees.
+    "separate_lb_check_model": (
+        "a separate load balancer's check model with a space (it reaches haproxy.cfg)",
+        {}, {LB_ALIAS: {"loadbalancer_check_model": "tiny llama"}}, {}, {},
+        ["loadbalancer_check_model"]),
+    "separate_lb_wrong_type": (
+        "a separate load balancer's port that is not a number", {}, {LB_ALIAS: {"loadbalancer_port": "eighty"}}, {}, {},
+        ["HAProxy (loadbalancer_port) on lb0 must be a port number 1-65535, got 'eighty'"]),
     "unknown_workload_key": (
         "a misspelt workload key", workload(max_num_seq=8), {}, {}, {},
         ["vllm_cluster_workload has unknown key(s) max_num_seq"]),
@@ -174,6 +183,11 @@ CASES = {
 def _write_inventory(tmp_path, host_vars):
     inventory = tmp_path / "inventory"
     shutil.copytree(INVENTORY, inventory)
+    if LB_ALIAS in host_vars:
+        hosts = load_inventory()[0]
+        node1 = hosts["all"]["children"]["vllm_nodes"]["hosts"]["node1"]
+        hosts["all"]["children"]["vllm_loadbalancers"] = {"hosts": {LB_ALIAS: {"ansible_host": node1["ansible_host"]}}}
+        (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (inventory / "host_vars").mkdir(exist_ok=True)
     for host, variables in host_vars.items():
         (inventory / "host_vars" / ("%s.yml" % host)).write_text(yaml.safe_dump(variables))

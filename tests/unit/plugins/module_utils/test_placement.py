@@ -170,6 +170,13 @@ def test_ports_skip_explicit_and_reserved_ones():
     assert (ports, errors) == ({"a": 8002, "b": 8001, "c": 8003}, [])
 
 
+def test_a_reserved_port_that_is_not_a_number_is_an_error_naming_its_holder():
+    # loadbalancer_port from a load balancer's own host_vars reaches the plan before that host's checks run.
+    ports, errors = assign_ports([{"name": "a", "hosts": ["n1"]}], {"lb0": {"eighty": "HAProxy (loadbalancer_port)"}})
+    assert ports == {"a": 8000}
+    assert errors == ["HAProxy (loadbalancer_port) on lb0 must be a port number 1-65535, got 'eighty'"]
+
+
 def test_assignment_without_topology_packs_in_index_order():
     nodes = {"n1": {"name": "n1", "gpu_count": 4}}
     assignment, errors = assign_gpus(_replicas(2, 2), nodes)
