@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run one command's playbook through ansible-runner and build its Result."""
 
+import json
 import os
 import sys
 import time
@@ -29,6 +30,15 @@ def check_inputs(name, inventory, project_dir):
     return playbook
 
 
+def write_private_extravars(runner_dir, extravars):
+    """The extra vars as runner_dir/env/extravars, readable by this user alone; returns its path."""
+    os.makedirs(os.path.join(runner_dir, "env"), mode=0o700, exist_ok=True)
+    path = os.path.join(runner_dir, "env", "extravars")
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        json.dump(extravars, handle)
+    return path
+
+
 def run(name, inventory, extravars=None, project_dir=DEFAULT_PROJECT, artifacts_dir="artifacts", limit=None,
         tags=None, timeout=None, on_event=None, verbosity=0):
     """Run command `name` against `inventory`; returns a result.Result (never raises for a failed play).
@@ -51,11 +61,17 @@ def run(name, inventory, extravars=None, project_dir=DEFAULT_PROJECT, artifacts_
         "ANSIBLE_INJECT_FACT_VARS": "False",
     }
     started = time.monotonic()
-    runner = ansible_runner.run(
-        private_data_dir=runner_dir, project_dir=project_dir, playbook=playbook,
-        inventory=os.path.abspath(inventory), extravars=extravars, envvars=envvars,
-        cmdline=" ".join(cmdline) or None, limit=limit, verbosity=verbosity or None,
-        timeout=timeout, quiet=True, suppress_env_files=True,
-        event_handler=(lambda event: bool(on_event(event)) or True) if on_event else None)
+    # ansible-runner puts a dict of extra vars on ansible-playbook's command line (every process on the controller
+    # can read it) and in the artifacts' command file; env/extravars is passed as -e @file instead.
+    extravars_file = write_private_extravars(runner_dir, extravars)
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=runner_dir, project_dir=project_dir, playbook=playbook,
+            inventory=os.path.abspath(inventory), envvars=envvars,
+            cmdline=" ".join(cmdline) or None, limit=limit, verbosity=verbosity or None,
+            timeout=timeout, quiet=True, suppress_env_files=True,
+            event_handler=(lambda event: bool(on_event(event)) or True) if on_event else None)
+    finally:
+        os.unlink(extravars_file)
     return result.build(name, runner.status, runner.rc, runner.stats, list(runner.events),
                         seconds=time.monotonic() - started, artifacts_dir=artifacts_dir, runner_dir=runner_dir)

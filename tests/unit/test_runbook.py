@@ -1,6 +1,10 @@
 """The runbook package's pure parts: results from ansible-runner events, exit codes, extra vars, usage errors."""
 
+import glob
 import json
+import os
+import stat
+import sys
 
 import pytest
 
@@ -90,3 +94,34 @@ def test_every_command_names_an_existing_playbook():
         runner.check_inputs(name, runner.DEFAULT_PROJECT, runner.DEFAULT_PROJECT)
         assert command.summary
     assert sorted(commands.EXIT_CODES) == list(range(7))
+
+
+def test_extra_vars_reach_the_play_through_a_private_file_not_the_command_line(tmp_path):
+    # A real ansible-runner run of a stand-in project: ansible-runner puts a dict of extra vars on ansible-playbook's
+    # command line (readable by every process on the controller) and in the artifacts' command file.
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    out = tmp_path / "out.txt"
+    (project / "playbooks" / "deploy.yml").write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.copy: {content: '{{ probe_secret }}', dest: '%s', mode: '0600'}\n" % out)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("localhost ansible_python_interpreter=%s\n" % sys.executable)
+    artifacts = tmp_path / "artifacts"
+    modes = []
+
+    def look(_event):
+        for path in glob.glob(str(artifacts / "runbook" / "*" / "env" / "extravars")):
+            modes.append(stat.S_IMODE(os.stat(path).st_mode))
+
+    built = runner.run("deploy", str(inventory), extravars={"probe_secret": "s3cr3t-VALUE"}, project_dir=str(project),
+                       artifacts_dir=str(artifacts), on_event=look)
+    assert built.exit_code == 0, built.failures
+    assert out.read_text() == "s3cr3t-VALUE"
+    assert modes and set(modes) == {0o600}
+    assert not glob.glob(str(artifacts / "runbook" / "*" / "env" / "extravars")), "the file outlived the run"
+    for path in glob.glob(str(artifacts / "**"), recursive=True):
+        if os.path.isfile(path):
+            with open(path, errors="replace") as handle:
+                assert "s3cr3t-VALUE" not in handle.read(), path
