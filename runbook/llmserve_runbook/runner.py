@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run one command's playbook through ansible-runner and build its Result."""
 
+import glob
 import json
 import os
 import sys
@@ -39,6 +40,17 @@ def write_private_extravars(runner_dir, extravars):
     return path
 
 
+def keep_env_names_only(runner_dir):
+    """ansible-runner's artifacts/<ident>/command records the caller's whole environment (an exported HF_TOKEN,
+    say): keep the names of its variables, not their values."""
+    for path in glob.glob(os.path.join(runner_dir, "artifacts", "*", "command")):
+        with open(path) as handle:
+            record = json.load(handle)
+        record["env"] = sorted(record.get("env") or {})
+        with open(path, "w") as handle:
+            json.dump(record, handle)
+
+
 def run(name, inventory, extravars=None, project_dir=DEFAULT_PROJECT, artifacts_dir="artifacts", limit=None,
         tags=None, timeout=None, on_event=None, verbosity=0):
     """Run command `name` against `inventory`; returns a result.Result (never raises for a failed play).
@@ -50,7 +62,8 @@ def run(name, inventory, extravars=None, project_dir=DEFAULT_PROJECT, artifacts_
     artifacts_dir = os.path.abspath(artifacts_dir)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     runner_dir = os.path.join(artifacts_dir, "runbook", "%s-%s-%d" % (name, stamp, os.getpid()))
-    os.makedirs(runner_dir, exist_ok=True)
+    # The caller's user alone: while the run lasts, ansible-runner's artifacts hold the caller's environment.
+    os.makedirs(runner_dir, mode=0o700, exist_ok=True)
     # Playbooks write their reports under vllm_cluster_artifacts_dir; default it to ours so the result can name them.
     extravars = dict({"vllm_cluster_artifacts_dir": artifacts_dir}, **dict(command.extravars), **(extravars or {}))
     cmdline = list(command.cmdline) + (["--tags", ",".join(tags)] if tags else [])
@@ -73,5 +86,6 @@ def run(name, inventory, extravars=None, project_dir=DEFAULT_PROJECT, artifacts_
             event_handler=(lambda event: bool(on_event(event)) or True) if on_event else None)
     finally:
         os.unlink(extravars_file)
+        keep_env_names_only(runner_dir)
     return result.build(name, runner.status, runner.rc, runner.stats, list(runner.events),
                         seconds=time.monotonic() - started, artifacts_dir=artifacts_dir, runner_dir=runner_dir)

@@ -96,7 +96,7 @@ def test_every_command_names_an_existing_playbook():
     assert sorted(commands.EXIT_CODES) == list(range(7))
 
 
-def test_extra_vars_reach_the_play_through_a_private_file_not_the_command_line(tmp_path):
+def test_extra_vars_reach_the_play_through_a_private_file_not_the_command_line(tmp_path, monkeypatch):
     # A real ansible-runner run of a stand-in project: ansible-runner puts a dict of extra vars on ansible-playbook's
     # command line (readable by every process on the controller) and in the artifacts' command file.
     project = tmp_path / "project"
@@ -109,6 +109,7 @@ def test_extra_vars_reach_the_play_through_a_private_file_not_the_command_line(t
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("localhost ansible_python_interpreter=%s\n" % sys.executable)
     artifacts = tmp_path / "artifacts"
+    monkeypatch.setenv("LLMSERVE_PROBE_EXPORTED", "exported-VALUE")
     modes = []
 
     def look(_event):
@@ -121,7 +122,12 @@ def test_extra_vars_reach_the_play_through_a_private_file_not_the_command_line(t
     assert out.read_text() == "s3cr3t-VALUE"
     assert modes and set(modes) == {0o600}
     assert not glob.glob(str(artifacts / "runbook" / "*" / "env" / "extravars")), "the file outlived the run"
+    assert stat.S_IMODE(os.stat(built.runner_dir).st_mode) == 0o700
+    commands_ = glob.glob(os.path.join(built.runner_dir, "artifacts", "*", "command"))
+    with open(commands_[0]) as handle:
+        assert "LLMSERVE_PROBE_EXPORTED" in json.load(handle)["env"]
     for path in glob.glob(str(artifacts / "**"), recursive=True):
         if os.path.isfile(path):
             with open(path, errors="replace") as handle:
-                assert "s3cr3t-VALUE" not in handle.read(), path
+                text = handle.read()
+            assert "s3cr3t-VALUE" not in text and "exported-VALUE" not in text, path
