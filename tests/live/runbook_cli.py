@@ -10,10 +10,11 @@ from sim_hosts import INVENTORY, REPO, ansible_env
 ARTIFACTS = os.path.join(REPO, "artifacts")
 
 
-def runbook(command, *args, timeout=2400):
-    """Run `llmserve-runbook COMMAND -i <sim inventory> ARGS`; returns (result dict, progress text)."""
+def runbook(command, *args, timeout=2400, env=None):
+    """Run `llmserve-runbook COMMAND -i <sim inventory> ARGS`; returns (result dict, progress text). env: variables
+    on top of the tests' Ansible environment."""
     cli = os.path.join(os.path.dirname(sys.executable), "llmserve-runbook")
-    run = subprocess.run([cli, command, "-i", INVENTORY, "--artifacts-dir", ARTIFACTS, *args], env=ansible_env(),
+    run = subprocess.run([cli, command, "-i", INVENTORY, "--artifacts-dir", ARTIFACTS, *args], env=dict(ansible_env(), **(env or {})),
                          capture_output=True, text=True, timeout=timeout, check=False)
     assert run.stdout.strip(), "no result from llmserve-runbook %s (rc %d): %s" % (command, run.returncode, run.stderr[-3000:])
     result = json.loads(run.stdout)

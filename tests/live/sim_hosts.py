@@ -50,6 +50,13 @@ def ansible_env():
                 ANSIBLE_INJECT_FACT_VARS="false", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
 
 
+def mitogen_env():
+    """What scripts/mitogen-env.sh exports: Mitogen's linear strategy from the venv's mitogen."""
+    import ansible_mitogen  # pylint: disable=import-outside-toplevel  # the one optional dependency
+    return {"ANSIBLE_STRATEGY": "mitogen_linear",
+            "ANSIBLE_STRATEGY_PLUGINS": os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy")}
+
+
 def recap(stdout):
     """PLAY RECAP lines as {host: {ok: n, changed: n, ...}}."""
     counts, seen = {}, False

@@ -5,7 +5,7 @@ P1  cold deploy.yml on fresh hosts to the first token through HAProxy, against t
     of every replica to its first token (same arguments and environment as the deployed units).
 P2  a no-op re-run of deploy.yml: wall time and changed count at 3, 6 and 12 hosts (nodes past node3 are spare
     GPU nodes: driver, runtime, network, firewall, model cache and Ray, no replica; the 2-core machine cannot
-    hold more vLLM servers).
+    hold more vLLM servers). Beside it, the same no-op with Mitogen's strategy (scripts/mitogen-env.sh).
 P3  restart-to-ready of replica r1 (systemctl restart; SIGKILL of its main process) against a bare start of the
     same command line.
 P4  output tok/s of one load shape sent by `vllm bench serve` run directly on the client host against the same
@@ -113,13 +113,18 @@ LOGS = []   # [directory]: where each playbook's whole output goes, set by main(
 COSTS = []  # [{"cpu_s": controller CPU seconds, "modules": {host: module executions}}] of each playbook run, in order
 
 
-def playbook(name, *args):
+def playbook(name, *args, strategy=None):
     """Run one playbook; returns (seconds, {host: changed}). Its output is kept in the run's directory; what it cost
-    the controller (CPU of ansible-playbook, its forks and SSH clients; module executions per host) goes to COSTS."""
+    the controller (CPU of ansible-playbook, its forks and SSH clients; module executions per host) goes to COSTS.
+    strategy "mitogen" runs it with Mitogen's linear strategy (what scripts/mitogen-env.sh sets)."""
     argv = ["ansible-playbook", os.path.join(REPO, "playbooks", name), "-i", INVENTORY] + list(args)
     counts = os.path.join(LOGS[0] if LOGS else "/tmp", ".module-count.json")
     env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, "tests", "perf", "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="module_count", LLMSERVE_MODULE_COUNT_FILE=counts)
+    if strategy == "mitogen":
+        import ansible_mitogen  # pylint: disable=import-outside-toplevel  # only this option needs it
+        env.update(ANSIBLE_STRATEGY="mitogen_linear",
+                   ANSIBLE_STRATEGY_PLUGINS=os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy"))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False, env=env)
@@ -253,11 +258,11 @@ def _inventory_var(name):
 
 # --- P2 --------------------------------------------------------------------------------------------------------
 
-def noop(runs=2):
+def noop(runs=2, strategy=None):
     """A no-op deploy.yml, twice: (fastest seconds, every run's seconds, most changed on any host)."""
     times, changed, cpu, modules = [], 0, [], {}
     for _unused in range(runs):
-        seconds, recap = playbook("deploy.yml")
+        seconds, recap = playbook("deploy.yml", strategy=strategy)
         times.append(round(seconds, 1))
         changed = max(changed, *recap.values())
         cpu.append(COSTS[-1]["cpu_s"])
@@ -372,6 +377,11 @@ def table(figures):
             rows.append(("P2 no-op, %s hosts: module runs per host (most), controller CPU" % count, "%s; %.1f s CPU" % (
                 ", ".join("%s %d" % item for item in sorted(entry["modules_per_host"].items())), entry["controller_cpu_s"]),
                 "%s; %.2f s/host" % (entry["modules_per_host_max"], entry["controller_cpu_s_per_host"]), GOALS["P2_cost"]))
+    for count, entry in sorted(p2.get("mitogen", {}).items(), key=lambda item: int(item[0])):
+        default = p2["hosts"].get(count)
+        rows.append(("P2 no-op, %s hosts, Mitogen strategy: wall, CPU, changed" % count, "%.1f s; %.1f s CPU; changed %d" % (
+            entry["seconds"], entry["controller_cpu_s"], entry["changed"]),
+            "%.2f of default wall" % (entry["seconds"] / default["seconds"]) if default else "-", "faster, changed 0"))
     if "scale_12_3" in p2:
         rows.append(("P2 no-op 12 hosts / 3 hosts", "", "%.2f" % p2["scale_12_3"], GOALS["P2_scale"]))
     if "cpu_scale_12_3" in p2:
@@ -425,6 +435,8 @@ def main():
         if "P2" in only:
             log("P2: no-op deploy on %d hosts" % len(current.hosts))
             figures["P2"]["hosts"][str(len(current.hosts))] = noop(runs=1)
+            log("P2: the same no-op deploy with Mitogen's strategy")
+            figures["P2"]["mitogen"] = {str(len(current.hosts)): noop(runs=1, strategy="mitogen")}
     else:
         sizes = [3] if args.p1 else [int(size) for size in args.sizes.split(",")]
         log("P1/P2: cold deploy on 3 fresh hosts")
@@ -433,6 +445,7 @@ def main():
         if not args.p1:
             figures["P2"]["hosts"]["3"] = noop()
             figures["P2"]["hosts"]["3"]["cold_deploy_s"] = round(deploy_s, 1)
+            figures["P2"]["mitogen"] = {"3": noop(strategy="mitogen")}
         units = capture_units(current)
     # P4 before P3: the first requests after a restart run slower (vLLM traces new batch shapes), which P4 would measure.
     if "P4" in only:
