@@ -151,6 +151,49 @@ def test_the_second_client_is_held_against_the_reports_sweep_level_by_level():
     assert not second_client.compare(report, close)["met"]
 
 
+H100_RUN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "gpu", "h100-device-20261207")
+
+
+def _h100(name):
+    with open(os.path.join(H100_RUN, name)) as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("backend, kv_tokens", [("mp", 449968.0), ("ray", 449968.0)])
+def test_the_planner_against_vllm_on_the_real_h100_starts(backend, kv_tokens):
+    # REAL CAPTURE: CUDA vLLM 0.26.0 from the roles' units on one H100 80GB HBM3 (81559 MiB), Llama-3.1-8B, 0.9, 8192;
+    # once on the mp executor, once on Ray's through the ray-head unit.
+    out = vllm_memory.compare(models.SHAPES["llama-3.1-8b"], _h100("vllm-llama-3.1-8b-%s.log" % backend), 81559, 0.9, 8192)
+    assert out["vllm"]["kv_cache_tokens"] == kv_tokens and out["vllm"]["weights_gib"] == 15.0
+    # 2.4 % under vLLM here (3.09 GiB of planned overhead against vLLM's 1.75 GiB): never above it.
+    assert 0.97 <= out["kv_tokens_ratio"] <= 1.0, out
+
+
+def test_the_ray_start_ran_on_the_ray_head_units_gpu_pool():
+    # REAL CAPTURE: the Ray run's rendered head unit gave Ray the plan's pool (GPU 0), Ray offered one GPU, and vLLM's
+    # engine placed its worker through a Ray placement group.
+    resources = json.loads(_h100("ray-resources.json"))["cluster_resources"]
+    assert resources["GPU"] == 1.0 and "--num-gpus=1" in _h100("ray-head-llama-3.1-8b-ray.service")
+    log = _h100("vllm-llama-3.1-8b-ray.log")
+    assert "Creating a new placement group" in log and "RayWorkerProc" in log
+
+
+def test_the_planner_refuses_qwen_32b_on_the_real_h100_with_the_devices_own_figures():
+    # REAL CAPTURE: the H100's facts as preflight read them; the plan refused before any unit was written. The same
+    # planner, given those facts now, must still refuse with the same budget.
+    from ansible_collections.llmserve.vllm_cluster.plugins.module_utils._planner import (  # pylint: disable=import-outside-toplevel
+        model_shape_from_config, validate_parallelism)
+    failed = [line for line in _h100("render-qwen2.5-32b-mp.log").splitlines() if line.startswith("fatal: ")][0]
+    result = json.loads(failed.split("=> ", 1)[1])
+    assert "needs 87.3 GiB per GPU" in result["msg"] and "71.7 GiB is usable" in result["msg"]
+    node = result["nodes"][0]
+    assert node["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    check = validate_parallelism(model_shape_from_config(models.SHAPES["qwen2.5-32b"]), [node], 1, 1,
+                                 {"max_model_len": 8192, "concurrency": 8})
+    assert not check["ok"], check
+    assert any("needs 87.3 GiB per GPU" in error and "71.7 GiB is usable" in error for error in check["errors"]), check
+
+
 class _Answers(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers["Content-Length"]))
