@@ -1,6 +1,7 @@
 """Re-deploys that change running replicas (issue 26): one replica at a time through HAProxy's drain, gated on a real
 completion; the first that fails is put back on its previous files, the replicas after it are never touched, and a
-steady client sees no failed request. Each test leaves the cluster as it found it.
+steady client sees no failed request. A change to the Ray units restarts the head first, then the workers. Each test
+leaves the cluster as it found it.
 
 Runs after `molecule test -s sim --destroy never` (tests/run-all.sh), while the rig is up and deployed.
 """
@@ -21,6 +22,19 @@ pytestmark = pytest.mark.usefixtures("replicas_serving")
 FILES = {"r0": ["/etc/vllm/r0.env", "/etc/systemd/system/vllm-r0.service"],
          "r1": ["/etc/vllm/r1.env", "/etc/systemd/system/vllm-r1.service"]}
 ENVIRONMENT = GROUP_VARS["vllm_serve_environment"]
+
+
+RAY_NODES = sorted(HOSTS["all"]["children"]["vllm_nodes"]["hosts"])
+RAY_HEAD = RAY_NODES[0]
+
+
+def ray_unit(host):
+    return "ray-head.service" if host == RAY_HEAD else "ray-worker.service"
+
+
+def ray_started_at(host):
+    """When the Ray unit's main process started, on the monotonic clock of the one kernel under every sim host."""
+    return int(ssh(host, "systemctl show -p ExecMainStartTimestampMonotonic --value %s" % ray_unit(host)).stdout) / 1e6
 
 
 def file_digests():
@@ -92,9 +106,21 @@ def test_a_re_deploy_that_changes_every_replica_restarts_them_in_turn_with_no_fa
     for replica, hosts in REPLICA_HOSTS.items():
         for host in hosts:
             ssh(host, "echo LLMSERVE_DRIFTED=1 >> /etc/vllm/%s.env" % replica)
-    pids = main_pids()
+    # The Ray units too: the head must go first, each worker only once the head's GCS answers.
+    since = ssh(RAY_HEAD, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    for host in RAY_NODES:
+        ssh(host, "echo '# drifted' >> /etc/systemd/system/%s" % ray_unit(host))
+    pids, ray_before = main_pids(), {host: ray_started_at(host) for host in RAY_NODES}
     result, progress, records = roll()
     assert result["exit_code"] == 0, progress[-3000:]
+    ray_after = {host: ray_started_at(host) for host in RAY_NODES}
+    assert all(ray_after[host] > ray_before[host] for host in RAY_NODES), (ray_before, ray_after)
+    for worker in RAY_NODES[1:]:
+        # The head's `ray start` takes seconds to open GCS; restarted in one step, the workers went within a second.
+        assert ray_after[worker] > ray_after[RAY_HEAD] + 1, (worker, ray_after)
+        journal = ssh(worker, "journalctl -u ray-worker.service --since '%s' -o cat" % since).stdout
+        assert "Scheduled restart job" not in journal, "%s crashed without its head:\n%s" % (worker, journal[-2000:])
+        assert "# drifted" not in ssh(worker, "cat /etc/systemd/system/ray-worker.service").stdout
     assert result["outputs"]["deploy_restarts"] == [
         {"replica": "r0", "hosts": {"node1": ["environment file"], "node2": ["environment file"]}},
         {"replica": "r1", "hosts": {"node3": ["environment file"]}}]
@@ -110,4 +136,5 @@ def test_a_re_deploy_that_changes_every_replica_restarts_them_in_turn_with_no_fa
     assert all(haproxy_status(name) == "UP" for name in REPLICA_HOSTS)
     record("rollout_every_replica", {
         "requests": len(records), "failed": len(failed), "seconds": result["seconds"],
-        "replicas": [{key: entry[key] for key in ("name", "drain_s", "ready_s", "back_s")} for entry in roll_record]})
+        "replicas": [{key: entry[key] for key in ("name", "drain_s", "ready_s", "back_s")} for entry in roll_record],
+        "ray_workers_after_head_s": {host: round(ray_after[host] - ray_after[RAY_HEAD], 1) for host in RAY_NODES[1:]}})
