@@ -141,14 +141,16 @@ accept() {  # accept SHAPE: the role's load stages, then the independent client 
   report=$(find /tmp/acceptance -name report.json | sort | tail -1)
   [ -n "$report" ] && cp "$report" "$state/capture/report-$shape.json" && cp "$(dirname "$report")/report.md" "$state/capture/report-$shape.md"
   [ "$rc" -eq 0 ] || grep -E "fatal|FAILED|failed=" "$state/capture/accept-$shape.log" | tail -10
-  # The second client, several processes, at two of the sweep's levels (the knee and the level below it) with the
-  # sweep's shape; second_client.py holds each against the report's step (the goal: within 10 % on tok/s and TTFT p50).
-  local levels
-  levels=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]["sweep"]; c=[x["concurrency"] for x in s["ladder"]]; k=s.get("knee_concurrency") or c[-1]; i=c.index(k); print(" ".join(str(x) for x in c[max(0, i - 1):i + 1]))' \
-    "$state/capture/report-$shape.json" 2>/dev/null || echo 16)
-  local level
-  for level in $levels; do
-    "$runtime/bin/python" "$dev/independent_client.py" http://127.0.0.1:8000 "$shape" "$state/key" "$level" $((level * 4)) 128 64 \
+  # The second client, several processes, at two of the sweep's levels (the knee and the level below it) with each
+  # step's own load (requests, input and output length); second_client.py holds each against the report's step (the
+  # goal: within 10 % on tok/s and TTFT p50).
+  local steps
+  steps=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]["sweep"]; c=[x["concurrency"] for x in s["ladder"]]; k=s.get("knee_concurrency") or c[-1]; i=c.index(k); print(" ".join("%d:%d:%d:%d" % (x["concurrency"], x["num_prompts"], x["input_len"], x["output_len"]) for x in s["ladder"][max(0, i - 1):i + 1]))' \
+    "$state/capture/report-$shape.json" 2>/dev/null || echo 16:48:128:64)
+  local step level requests input output
+  for step in $steps; do
+    IFS=: read -r level requests input output <<<"$step"
+    "$runtime/bin/python" "$dev/independent_client.py" http://127.0.0.1:8000 "$shape" "$state/key" "$level" "$requests" "$input" "$output" \
       | tee "$state/capture/independent-$shape-c$level.json"
   done
   python3 "$dev/second_client.py" "$state/capture/report-$shape.json" "$state"/capture/independent-"$shape"-c*.json \

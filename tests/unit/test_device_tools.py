@@ -144,11 +144,18 @@ def test_the_second_client_is_held_against_the_reports_sweep_level_by_level():
     assert out["levels"][0]["concurrency"] == 256 and out["levels"][0]["tok_s_ratio"] == round(4487.5 / 10367.81970628827, 3)
     assert not out["levels"][0]["agree"] and not out["met"]
     # Two agreeing levels meet the goal; a CPU-bound client's level does not count.
+    ladder = {step["concurrency"]: step for step in report["stages"]["sweep"]["ladder"]}
     close = [dict(one_process, concurrency=c, output_tokens_per_s=tok * 1.05, ttft_ms={"p50": ttft * 0.95},
+                  requests=ladder[c]["num_prompts"], input_words=ladder[c]["input_len"], output_tokens=ladder[c]["output_len"],
                   client_saturated=False) for c, tok, ttft in ((64, 6824.52, 166.4), (256, 10367.8, 541.5))]
     assert second_client.compare(report, close)["met"]
     close[0]["client_saturated"] = True
     assert not second_client.compare(report, close)["met"]
+    # Another number of requests at the same concurrency is another load (more waves at once): it does not count.
+    close[0]["client_saturated"] = False
+    close[0]["requests"] += 64
+    out = second_client.compare(report, close)
+    assert not out["levels"][0]["same_load"] and not out["met"]
 
 
 H100_RUN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "gpu", "h100-device-20261207")
@@ -192,6 +199,17 @@ def test_the_planner_refuses_qwen_32b_on_the_real_h100_with_the_devices_own_figu
                                  {"max_model_len": 8192, "concurrency": 8})
     assert not check["ok"], check
     assert any("needs 87.3 GiB per GPU" in error and "71.7 GiB is usable" in error for error in check["errors"]), check
+
+
+def test_the_h100_second_client_sent_another_load_than_the_reports_steps():
+    # REAL CAPTURE: 4 requests per slot (1024 at c=256, 256 at c=64) against the sweep's 3 (768, 192); gpu_serve.sh
+    # now sends each step's own count.
+    report = json.loads(_h100("report-llama-3.1-8b.json"))
+    runs = [json.loads(_h100("independent-llama-3.1-8b-c%d.json" % level)) for level in (64, 256)]
+    out = second_client.compare(report, runs)
+    assert [(level["concurrency"], level["same_load"]) for level in out["levels"]] == [(64, False), (256, False)]
+    assert out["levels"][1]["tok_s_ratio"] == 1.091 and out["levels"][1]["ttft_p50_ratio"] == 0.766
+    assert not out["met"] and out["agree_at"] == []
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):
