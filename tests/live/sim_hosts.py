@@ -51,10 +51,13 @@ def ansible_env():
 
 
 def mitogen_env():
-    """What scripts/mitogen-env.sh exports: Mitogen's linear strategy from the venv's mitogen."""
-    import ansible_mitogen  # pylint: disable=import-outside-toplevel  # the one optional dependency
-    return {"ANSIBLE_STRATEGY": "mitogen_linear",
-            "ANSIBLE_STRATEGY_PLUGINS": os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy")}
+    """What `source scripts/mitogen-env.sh` exports, from the script itself (the one place that says how Mitogen is
+    turned on), with this Python's venv first on PATH as the script expects."""
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    run = subprocess.run(["bash", "-c", "source scripts/mitogen-env.sh && env"], cwd=REPO, env=dict(os.environ, PATH=path),
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("=", 1) for line in run.stdout.splitlines() if line.startswith("ANSIBLE_STRATEGY"))
 
 
 def recap(stdout):

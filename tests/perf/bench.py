@@ -122,9 +122,10 @@ def playbook(name, *args, strategy=None):
     env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, "tests", "perf", "callback_plugins"),
                ANSIBLE_CALLBACKS_ENABLED="module_count", LLMSERVE_MODULE_COUNT_FILE=counts)
     if strategy == "mitogen":
-        import ansible_mitogen  # pylint: disable=import-outside-toplevel  # only this option needs it
-        env.update(ANSIBLE_STRATEGY="mitogen_linear",
-                   ANSIBLE_STRATEGY_PLUGINS=os.path.join(os.path.dirname(ansible_mitogen.__file__), "plugins", "strategy"))
+        # What the documented `source scripts/mitogen-env.sh` exports, from the script itself.
+        exported = subprocess.run(["bash", "-c", "source scripts/mitogen-env.sh && env"], cwd=REPO, env=env,
+                                  capture_output=True, text=True, check=True).stdout
+        env.update(line.split("=", 1) for line in exported.splitlines() if line.startswith("ANSIBLE_STRATEGY"))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False, env=env)
